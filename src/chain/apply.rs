@@ -1,0 +1,139 @@
+//! Strict application of one patch to a tree in the cache: zero fuzz, zero
+//! offset (libgit2's `apply_to_tree` matches each hunk's context at exactly
+//! its stated line), after checking every path the patch names.
+
+use anyhow::Result;
+use git2::{ApplyOptions, Diff, Oid, Repository};
+use std::cell::RefCell;
+
+use crate::chain::reverse;
+use crate::chain::PatchFile;
+use crate::error::ApplyError;
+use crate::tree::MODE_LINK;
+
+/// Applies `patch` (or its inverse) to `tree`; returns the resulting tree id.
+/// Failures to apply come back as an [`ApplyError`] inside the anyhow error.
+pub fn apply(repo: &Repository, tree: Oid, patch: &PatchFile, reversed: bool) -> Result<Oid> {
+    let fail = |path: &str, hunk: &str, reason: String| ApplyError {
+        patch: patch.file_name.clone(),
+        path: path.to_string(),
+        hunk: hunk.to_string(),
+        reason,
+        reverse: reversed,
+    };
+    let text = if reversed {
+        reverse::invert(&patch.diff).map_err(|e| fail("", "", format!("{e:#}")))?
+    } else {
+        patch.diff.clone()
+    };
+    let diff = parse(&text).map_err(|reason| fail("", "", reason))?;
+    let base = repo.find_tree(tree)?;
+    check_deltas(&diff, &base).map_err(|(path, reason)| fail(&path, "", reason))?;
+
+    let current_path = RefCell::new(String::new());
+    let current_hunk = RefCell::new(String::new());
+    let mut opts = ApplyOptions::new();
+    opts.delta_callback(|d| {
+        if let Some(d) = d {
+            let p = d.new_file().path().or(d.old_file().path());
+            *current_path.borrow_mut() = p.map(|p| p.display().to_string()).unwrap_or_default();
+            current_hunk.borrow_mut().clear();
+        }
+        true
+    });
+    opts.hunk_callback(|h| {
+        if let Some(h) = h {
+            *current_hunk.borrow_mut() = String::from_utf8_lossy(h.header()).into_owned();
+        }
+        true
+    });
+    let index = repo.apply_to_tree(&base, &diff, Some(&mut opts));
+    drop(opts);
+    let mut index = match index {
+        Ok(i) => i,
+        Err(e) => {
+            let reason = if current_hunk.borrow().is_empty() {
+                format!("{} (the file's pre-image does not match)", e.message())
+            } else {
+                format!(
+                    "{}: the hunk's context or removed lines are not at exactly that line (no fuzz, no offset)",
+                    e.message()
+                )
+            };
+            return Err(fail(&current_path.borrow(), &current_hunk.borrow(), reason).into());
+        }
+    };
+    Ok(index.write_tree_to(repo)?)
+}
+
+/// Parses diff text, refusing binary patches and copies up front.
+pub fn parse(text: &[u8]) -> std::result::Result<Diff<'static>, String> {
+    for line in text.split(|&b| b == b'\n') {
+        if line.starts_with(b"GIT binary patch") || line.starts_with(b"Binary files ") {
+            return Err(
+                "binary file patch: polykv-forge carries text patches only; put binary data in a generator or a fetched asset"
+                    .into(),
+            );
+        }
+        if line.starts_with(b"copy from ") || line.starts_with(b"copy to ") {
+            return Err("copy patches are not supported; add the new file instead".into());
+        }
+    }
+    let diff = Diff::from_buffer(text)
+        .map_err(|e| format!("malformed or truncated patch text: {}", e.message()))?;
+    if diff.deltas().len() == 0 {
+        return Err("the patch contains no file changes".into());
+    }
+    Ok(diff)
+}
+
+/// Every path must stay inside the tree, avoid `.git`, not pass through a
+/// symlink of the tree it applies to, and not create symlinks or binaries.
+fn check_deltas(diff: &Diff, base: &git2::Tree) -> std::result::Result<(), (String, String)> {
+    for d in diff.deltas() {
+        for f in [d.old_file(), d.new_file()] {
+            let Some(p) = f.path_bytes() else { continue };
+            let shown = String::from_utf8_lossy(p).into_owned();
+            crate::paths::check_relative(p).map_err(|e| (shown.clone(), format!("{e:#}")))?;
+            let comps: Vec<&[u8]> = p.split(|&b| b == b'/').collect();
+            for i in 1..comps.len() {
+                let prefix = comps[..i].join(&b'/');
+                let prefix_str = String::from_utf8_lossy(&prefix).into_owned();
+                if let Ok(entry) = base.get_path(std::path::Path::new(&prefix_str)) {
+                    if entry.filemode() as u32 == MODE_LINK {
+                        return Err((
+                            shown,
+                            format!("the path goes through the symlink `{prefix_str}` and could escape the tree"),
+                        ));
+                    }
+                }
+            }
+        }
+        if d.flags().is_binary() {
+            let p = d.new_file().path().or(d.old_file().path());
+            return Err((
+                p.map(|p| p.display().to_string()).unwrap_or_default(),
+                "binary file patch: polykv-forge carries text patches only".into(),
+            ));
+        }
+        if d.new_file().mode() == git2::FileMode::Link && d.status() != git2::Delta::Deleted {
+            let p = d.new_file().path().map(|p| p.display().to_string());
+            return Err((
+                p.unwrap_or_default(),
+                "the patch creates or changes a symlink; patches may not add symlinks".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Applies a whole sequence; returns the tree after each patch.
+pub fn forward(repo: &Repository, base: Oid, patches: &[PatchFile]) -> Result<Vec<Oid>> {
+    let mut trees = Vec::with_capacity(patches.len());
+    let mut t = base;
+    for p in patches {
+        t = apply(repo, t, p, false)?;
+        trees.push(t);
+    }
+    Ok(trees)
+}

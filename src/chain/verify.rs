@@ -1,0 +1,270 @@
+//! `verify`: every proof the chain owes, run on the pristine base.
+
+use anyhow::Result;
+use git2::{Oid, Repository};
+use serde::Serialize;
+use std::path::Path;
+
+use crate::chain::lock::{Lock, LockLine};
+use crate::chain::{apply, export, markers, ownership, series, PatchFile};
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    /// Why the check did not run, when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PatchRow {
+    pub file: String,
+    pub sha256: String,
+    pub tree: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub ok: bool,
+    pub base_tree: String,
+    pub final_tree: Option<String>,
+    pub patches: Vec<PatchRow>,
+    pub checks: Vec<Check>,
+}
+
+fn check(name: &'static str, problems: Vec<String>) -> Check {
+    Check {
+        name,
+        ok: problems.is_empty(),
+        skipped: None,
+        problems,
+    }
+}
+
+fn skipped(name: &'static str, why: &str) -> Check {
+    Check {
+        name,
+        ok: false,
+        skipped: Some(why.to_string()),
+        problems: Vec::new(),
+    }
+}
+
+/// Runs every check. `dir` is `patches/` (for the lock and the policy files).
+pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> Result<Report> {
+    let mut checks = Vec::new();
+    // 1. Strict forward apply.
+    let mut trees: Vec<Oid> = Vec::new();
+    let mut apply_problems = Vec::new();
+    let mut t = base;
+    for p in patches {
+        match apply::apply(repo, t, p, false) {
+            Ok(n) => {
+                trees.push(n);
+                t = n;
+            }
+            Err(e) => {
+                apply_problems.push(format!("{e:#}"));
+                break;
+            }
+        }
+    }
+    let applied = apply_problems.is_empty();
+    checks.push(check("apply", apply_problems));
+    let before = |k: usize| if k == 0 { base } else { trees[k - 1] };
+
+    // 2. Lock.
+    let lock_problems = match Lock::load(dir) {
+        Err(e) => vec![format!("{e:#}")],
+        Ok(None) => vec![format!(
+            "patches/{} is missing; run `polykv-forge export` (or `edit` then `export`) to write it",
+            crate::chain::lock::FILE_NAME
+        )],
+        Ok(Some(lock)) => {
+            let want = Lock {
+                base: base.to_string(),
+                lines: patches
+                    .iter()
+                    .enumerate()
+                    .map(|(k, p)| LockLine {
+                        file: p.file_name.clone(),
+                        sha256: p.sha256.clone(),
+                        tree: trees.get(k).map(|t| t.to_string()).unwrap_or_default(),
+                    })
+                    .collect(),
+            };
+            compare_lock(&lock, &want)
+        }
+    };
+    checks.push(check("lock", lock_problems));
+
+    if !applied {
+        for name in ["reverse", "export", "ownership", "markers"] {
+            checks.push(skipped(name, "the chain does not apply"));
+        }
+    } else {
+        // 3. Reverse: peel from the top, each strictly reverse-applied.
+        let mut rev = Vec::new();
+        let mut t = trees.last().copied().unwrap_or(base);
+        for k in (0..patches.len()).rev() {
+            match apply::apply(repo, t, &patches[k], true) {
+                Ok(n) if n == before(k) => t = n,
+                Ok(n) => {
+                    rev.push(format!(
+                        "{}: reverse-applying gives tree {n}, not the tree before it ({})",
+                        patches[k].file_name,
+                        before(k)
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    rev.push(format!("{e:#}"));
+                    break;
+                }
+            }
+        }
+        if rev.is_empty() && t != base {
+            rev.push(format!("peeling every patch gave {t}, not the base {base}"));
+        }
+        checks.push(check("reverse", rev));
+
+        // 4. Re-export: byte-identical canonical text.
+        let mut exp = Vec::new();
+        for (k, p) in patches.iter().enumerate() {
+            match export::render(repo, before(k), trees[k]) {
+                Ok(diff) => {
+                    let canonical = series::compose(&p.message(), &diff);
+                    if canonical != p.bytes {
+                        exp.push(format!(
+                            "{}: not in canonical form ({}); run `polykv-forge edit` then `export` to rewrite it",
+                            p.file_name,
+                            first_difference(&p.bytes, &canonical)
+                        ));
+                    }
+                }
+                Err(e) => exp.push(format!("{}: {e:#}", p.file_name)),
+            }
+        }
+        checks.push(check("export", exp));
+
+        // 5. Ownership.
+        let base_tree = repo.find_tree(base)?;
+        let base_has = |p: &str| base_tree.get_path(Path::new(p)).is_ok();
+        let own = ownership::Ownership::load(dir)
+            .and_then(|rules| ownership::check(patches, &base_has, &rules));
+        checks.push(check(
+            "ownership",
+            own.unwrap_or_else(|e| vec![format!("{e:#}")]),
+        ));
+
+        // 6. Markers.
+        let mk = markers::Markers::load(dir)
+            .and_then(|rules| markers::check(repo, base, patches, &trees, &rules));
+        checks.push(check(
+            "markers",
+            mk.unwrap_or_else(|e| vec![format!("{e:#}")]),
+        ));
+    }
+
+    let ok = checks.iter().all(|c| c.ok);
+    Ok(Report {
+        ok,
+        base_tree: base.to_string(),
+        final_tree: if applied {
+            Some(trees.last().copied().unwrap_or(base).to_string())
+        } else {
+            None
+        },
+        patches: patches
+            .iter()
+            .enumerate()
+            .map(|(k, p)| PatchRow {
+                file: p.file_name.clone(),
+                sha256: p.sha256.clone(),
+                tree: trees.get(k).map(|t| t.to_string()),
+            })
+            .collect(),
+        checks,
+    })
+}
+
+fn compare_lock(have: &Lock, want: &Lock) -> Vec<String> {
+    let mut out = Vec::new();
+    if have.base != want.base {
+        out.push(format!(
+            "patches.lock names base {}, but the pin is {}",
+            have.base, want.base
+        ));
+    }
+    let n = have.lines.len().max(want.lines.len());
+    for i in 0..n {
+        match (have.lines.get(i), want.lines.get(i)) {
+            (Some(h), Some(w)) if h == w => {}
+            (Some(h), Some(w)) if h.file != w.file => out.push(format!(
+                "line {}: the lock names {}, the series has {}",
+                i + 1,
+                h.file,
+                w.file
+            )),
+            (Some(h), Some(w)) => {
+                if h.sha256 != w.sha256 {
+                    out.push(format!(
+                        "{}: the patch file changed since the lock was written (sha256 {} → {})",
+                        w.file, h.sha256, w.sha256
+                    ));
+                }
+                if h.tree != w.tree && !w.tree.is_empty() {
+                    out.push(format!(
+                        "{}: the tree after it is {}, the lock says {}",
+                        w.file, w.tree, h.tree
+                    ));
+                }
+            }
+            (Some(h), None) => out.push(format!(
+                "the lock names {}, which is not in the series",
+                h.file
+            )),
+            (None, Some(w)) => out.push(format!("{} is missing from the lock", w.file)),
+            (None, None) => {}
+        }
+    }
+    if !out.is_empty() {
+        out.push("run `polykv-forge export` to rewrite the lock from a verified stack".into());
+    }
+    out
+}
+
+fn first_difference(a: &[u8], b: &[u8]) -> String {
+    let mut line = 1;
+    for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
+        if x != y {
+            let start = a[..i]
+                .iter()
+                .rposition(|&c| c == b'\n')
+                .map_or(0, |p| p + 1);
+            let end_a = a[i..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(a.len(), |p| i + p);
+            let end_b = b[i..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(b.len(), |p| i + p);
+            return format!(
+                "first difference at line {line}: file has `{}`, canonical is `{}`",
+                String::from_utf8_lossy(&a[start..end_a]),
+                String::from_utf8_lossy(&b[start.min(b.len())..end_b])
+            );
+        }
+        if *x == b'\n' {
+            line += 1;
+        }
+    }
+    format!(
+        "lengths differ: file {} bytes, canonical {} bytes",
+        a.len(),
+        b.len()
+    )
+}

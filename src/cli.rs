@@ -1,0 +1,568 @@
+//! Command-line interface: clap parsing, resolution into settings, dispatch,
+//! human or JSON output, and exit codes (0 ok, 1 a check failed, 2 usage or
+//! environment error).
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::chain::{self, Series};
+use crate::error::{ApplyError, CheckFailed};
+use crate::manifest::Manifest;
+use crate::source::{self, Base};
+use crate::store::Store;
+use crate::{edit, status, workdir};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "polykv-forge",
+    version,
+    about = "Pin upstream llama.cpp by content and carry a strictly proven patch series on top of it",
+    after_help = "Exit codes: 0 ok, 1 a check failed, 2 usage or environment error."
+)]
+struct Cli {
+    /// Project root (default: the nearest directory upwards holding vendor-manifest.toml).
+    #[arg(long, global = true, env = "POLYKV_FORGE_PROJECT")]
+    project: Option<PathBuf>,
+    /// Cache directory (default: $XDG_CACHE_HOME/polykv-forge).
+    #[arg(long, global = true, env = "POLYKV_FORGE_CACHE")]
+    cache: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+struct SourceArgs {
+    /// Use this directory or archive (PATH[#subdir]) as the upstream source instead of the manifest's list.
+    #[arg(long, env = "POLYKV_FORGE_SOURCE")]
+    source: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Materialize the pinned upstream tree into the cache and verify its tree id.
+    Vendor {
+        #[command(flatten)]
+        src: SourceArgs,
+        /// Import again even when the cache already holds the tree.
+        #[arg(long)]
+        refresh: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply the series strictly and write the result to the workdir atomically.
+    Apply {
+        /// Apply only up to and including this patch number (e.g. 0003).
+        #[arg(long, value_parser = parse_number)]
+        upto: Option<u32>,
+        /// The workdir (default: work/llama.cpp in the project).
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// Check and report what would change; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Discard hand edits in the workdir (or replace a directory not written by polykv-forge).
+        #[arg(long)]
+        force: bool,
+        /// Fail instead of waiting when another run holds the workdir's lock.
+        #[arg(long)]
+        no_wait: bool,
+        #[command(flatten)]
+        src: SourceArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prove the chain: strict apply, lock, reverse, re-export, ownership, markers.
+    Verify {
+        #[command(flatten)]
+        src: SourceArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Materialize the series as a git stack (one commit per patch) to edit with git.
+    Edit {
+        /// Where to create the stack (default: work/edit in the project).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Replace an existing stack (its unexported changes are lost).
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        src: SourceArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write patches/ and patches.lock back from a stack made by `edit`, canonically.
+    Export {
+        /// The stack (default: work/edit in the project).
+        #[arg(long)]
+        from: Option<PathBuf>,
+        /// Report what would change; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        src: SourceArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the pin, its source, the chain and the workdir's state.
+    Status {
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_number(s: &str) -> std::result::Result<u32, String> {
+    let digits = s.split('-').next().unwrap_or(s);
+    digits
+        .parse::<u32>()
+        .map_err(|_| format!("`{s}` is not a patch number (e.g. 0003)"))
+}
+
+/// The resolved project: root, manifest, patches directory.
+struct Project {
+    root: PathBuf,
+    manifest: Manifest,
+    patches_dir: PathBuf,
+    cache: Option<PathBuf>,
+}
+
+impl Project {
+    fn resolve(cli: &Cli) -> Result<Project> {
+        let root = match &cli.project {
+            Some(p) => crate::fsx::absolute(p)?,
+            None => find_root()?,
+        };
+        let manifest = Manifest::load(&root.join(crate::manifest::FILE_NAME))?;
+        Ok(Project {
+            patches_dir: root.join("patches"),
+            root,
+            manifest,
+            cache: cli.cache.clone(),
+        })
+    }
+
+    fn store(&self) -> Result<Store> {
+        match &self.cache {
+            Some(c) => Store::open(&crate::fsx::absolute(c)?),
+            None => Store::open_default(),
+        }
+    }
+
+    fn base(&self, store: &Store, src: &SourceArgs, refresh: bool) -> Result<(git2::Oid, Base)> {
+        let base = source::ensure_base(
+            store,
+            &self.manifest,
+            &source::Request {
+                override_source: src.source.clone(),
+                refresh,
+            },
+        )?;
+        Ok((self.manifest.tree_oid()?, base))
+    }
+
+    fn series(&self) -> Result<Series> {
+        Series::load(&self.patches_dir)
+    }
+
+    fn default_workdir(&self) -> PathBuf {
+        self.root.join("work").join("llama.cpp")
+    }
+}
+
+fn find_root() -> Result<PathBuf> {
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let mut dir: &Path = &cwd;
+    loop {
+        if dir.join(crate::manifest::FILE_NAME).is_file() {
+            return Ok(dir.to_path_buf());
+        }
+        match dir.parent() {
+            Some(p) => dir = p,
+            None => anyhow::bail!(
+                "no {} in {} or any directory above it; run inside a polykv-forge project or pass --project",
+                crate::manifest::FILE_NAME,
+                cwd.display()
+            ),
+        }
+    }
+}
+
+fn print_json<T: Serialize>(v: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// Runs the CLI; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let failed = e
+                .chain()
+                .any(|c| c.is::<CheckFailed>() || c.is::<ApplyError>());
+            eprintln!("error: {e}");
+            for cause in e.chain().skip(1) {
+                eprintln!("  caused by: {cause}");
+            }
+            if failed {
+                1
+            } else {
+                2
+            }
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<i32> {
+    let project = Project::resolve(cli)?;
+    match &cli.cmd {
+        Cmd::Vendor { src, refresh, json } => {
+            let t = Instant::now();
+            let store = project.store()?;
+            let (_, base) = project.base(&store, src, *refresh)?;
+            #[derive(Serialize)]
+            struct Out<'a> {
+                ok: bool,
+                commit: &'a str,
+                tree: &'a str,
+                source: &'a str,
+                files: usize,
+                cached: bool,
+                seconds: f64,
+            }
+            let out = Out {
+                ok: true,
+                commit: &project.manifest.upstream.commit,
+                tree: &base.tree,
+                source: &base.source,
+                files: base.files,
+                cached: base.cached,
+                seconds: t.elapsed().as_secs_f64(),
+            };
+            if *json {
+                print_json(&out)?;
+            } else {
+                println!(
+                    "vendor: upstream {} tree {} ({} files) from {}{} in {:.2}s",
+                    short(out.commit),
+                    out.tree,
+                    out.files,
+                    out.source,
+                    if out.cached { " (cached)" } else { "" },
+                    out.seconds
+                );
+            }
+            Ok(0)
+        }
+        Cmd::Apply {
+            upto,
+            workdir,
+            dry_run,
+            force,
+            no_wait,
+            src,
+            json,
+        } => {
+            let t = Instant::now();
+            let store = project.store()?;
+            let (base, _) = project.base(&store, src, false)?;
+            let series = project.series()?;
+            let patches = series.upto(*upto)?;
+            let trees = chain::apply::forward(&store.repo, base, patches)?;
+            let target = trees.last().copied().unwrap_or(base);
+            let dir = match workdir {
+                Some(d) => crate::fsx::absolute(d)?,
+                None => project.default_workdir(),
+            };
+            let report = workdir::sync(
+                &store.repo,
+                &workdir::SyncRequest {
+                    dir: &dir,
+                    target,
+                    base,
+                    patches: patches
+                        .iter()
+                        .zip(&trees)
+                        .map(|(p, t)| workdir::StatePatch {
+                            file: p.file_name.clone(),
+                            sha256: p.sha256.clone(),
+                            tree: t.to_string(),
+                        })
+                        .collect(),
+                    dry_run: *dry_run,
+                    force: *force,
+                    wait: !*no_wait,
+                },
+            )?;
+            if *json {
+                print_json(&report)?;
+            } else {
+                let verb = if *dry_run { "would apply" } else { "applied" };
+                let last = patches
+                    .last()
+                    .map(|p| p.file_name.as_str())
+                    .unwrap_or("(base only)");
+                if report.already {
+                    println!(
+                        "apply: {} already holds tree {} (up to {last}); 0 files touched",
+                        report.workdir,
+                        short(&report.tree)
+                    );
+                } else {
+                    println!(
+                        "apply: {verb} {} patch(es) up to {last} → tree {} in {}: {} written, {} removed, {} unchanged ({:.2}s)",
+                        patches.len(),
+                        short(&report.tree),
+                        report.workdir,
+                        report.written,
+                        report.removed,
+                        report.kept,
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Cmd::Verify { src, json } => {
+            let t = Instant::now();
+            let store = project.store()?;
+            let (base, b) = project.base(&store, src, false)?;
+            let series = project.series()?;
+            let report =
+                chain::verify::run(&store.repo, base, &series.patches, &project.patches_dir)?;
+            #[derive(Serialize)]
+            struct Out<'a> {
+                ok: bool,
+                pin: &'a crate::manifest::Upstream,
+                source: &'a str,
+                #[serde(flatten)]
+                report: &'a chain::verify::Report,
+                seconds: f64,
+            }
+            let out = Out {
+                ok: report.ok,
+                pin: &project.manifest.upstream,
+                source: &b.source,
+                report: &report,
+                seconds: t.elapsed().as_secs_f64(),
+            };
+            if *json {
+                print_json(&out)?;
+            } else {
+                println!(
+                    "pin     {} {} commit {} tree {}",
+                    project.manifest.upstream.name,
+                    project.manifest.upstream.release.as_deref().unwrap_or(""),
+                    short(&project.manifest.upstream.commit),
+                    report.base_tree
+                );
+                println!("source  {}", b.source);
+                println!("chain   {} patch(es)", report.patches.len());
+                for c in &report.checks {
+                    let tag = match (&c.skipped, c.ok) {
+                        (Some(_), _) => "skip",
+                        (None, true) => "ok",
+                        (None, false) => "FAIL",
+                    };
+                    println!("  {tag:<5} {}", c.name);
+                    if let Some(why) = &c.skipped {
+                        println!("        skipped: {why}");
+                    }
+                    for p in &c.problems {
+                        for (i, line) in p.lines().enumerate() {
+                            println!("        {}{line}", if i == 0 { "- " } else { "  " });
+                        }
+                    }
+                }
+                println!(
+                    "verify: {} — final tree {} ({:.2}s)",
+                    if report.ok { "ok" } else { "FAILED" },
+                    report.final_tree.as_deref().unwrap_or("-"),
+                    out.seconds
+                );
+            }
+            if report.ok {
+                Ok(0)
+            } else {
+                if !*json {
+                    return Err(CheckFailed {
+                        summary: "verify found problems (listed above)".into(),
+                    }
+                    .into());
+                }
+                Ok(1)
+            }
+        }
+        Cmd::Edit {
+            dir,
+            force,
+            src,
+            json,
+        } => {
+            let store = project.store()?;
+            let (base, _) = project.base(&store, src, false)?;
+            let series = project.series()?;
+            let dir = match dir {
+                Some(d) => crate::fsx::absolute(d)?,
+                None => project.root.join("work").join("edit"),
+            };
+            let r = edit::edit(
+                &store.repo,
+                base,
+                &project.manifest.upstream.commit,
+                &series,
+                &dir,
+                *force,
+            )?;
+            if *json {
+                print_json(&r)?;
+            } else {
+                println!(
+                    "edit: {} patch(es) as commits on branch `{}` in {} (base commit {})\n  change them with git (commit --amend, rebase -i, new commits), then run `polykv-forge export`",
+                    r.patches,
+                    edit::BRANCH,
+                    r.dir,
+                    short(&r.base_commit)
+                );
+            }
+            Ok(0)
+        }
+        Cmd::Export {
+            from,
+            dry_run,
+            src,
+            json,
+        } => {
+            let store = project.store()?;
+            let (base, _) = project.base(&store, src, false)?;
+            let from = match from {
+                Some(d) => crate::fsx::absolute(d)?,
+                None => project.root.join("work").join("edit"),
+            };
+            let r = edit::export(&store.repo, base, &from, &project.patches_dir, *dry_run)?;
+            if *json {
+                print_json(&r)?;
+            } else {
+                let verb = if *dry_run { "would write" } else { "wrote" };
+                if r.written.is_empty() && r.removed.is_empty() {
+                    println!(
+                        "export: patches/ already matches the stack ({} patch file(s) unchanged)",
+                        r.unchanged.len()
+                    );
+                } else {
+                    println!(
+                    "export: {verb} {} patch file(s), {} unchanged, {} removed, and patches.lock",
+                    r.written.len(),
+                    r.unchanged.len(),
+                    r.removed.len()
+                );
+                    for w in &r.written {
+                        println!("  write   {w}");
+                    }
+                    for w in &r.removed {
+                        println!("  remove  {w}");
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Cmd::Status { workdir, json } => {
+            let store = project.store()?;
+            let pin = project.manifest.tree_oid()?;
+            let record = store.base_record(pin);
+            let vendored = store.has_base(pin);
+            let series = project.series()?;
+            let rows = status::chain_rows(&series.patches)?;
+            let dir = match workdir {
+                Some(d) => crate::fsx::absolute(d)?,
+                None => project.default_workdir(),
+            };
+            let wd = status::workdir_status(&dir, &series.patches)?;
+            #[derive(Serialize)]
+            struct Out<'a> {
+                pin: &'a crate::manifest::Upstream,
+                vendored: bool,
+                source: Option<String>,
+                chain: Vec<status::ChainRow>,
+                workdir: status::WorkdirStatus,
+            }
+            let out = Out {
+                pin: &project.manifest.upstream,
+                vendored,
+                source: record.map(|r| r.source),
+                chain: rows,
+                workdir: wd,
+            };
+            if *json {
+                print_json(&out)?;
+            } else {
+                let u = &project.manifest.upstream;
+                println!(
+                    "pin      {} {} commit {} tree {}",
+                    u.name,
+                    u.release.as_deref().unwrap_or(""),
+                    short(&u.commit),
+                    u.tree
+                );
+                println!(
+                    "source   {}",
+                    match (&out.source, vendored) {
+                        (Some(s), true) => s.clone(),
+                        _ => "not vendored yet (run `polykv-forge vendor`)".into(),
+                    }
+                );
+                println!("chain    {} patch(es)", out.chain.len());
+                for r in &out.chain {
+                    println!(
+                        "  {}  {:<44} {:>3} file(s)  +{} -{}",
+                        r.number, r.file, r.files, r.added, r.removed
+                    );
+                }
+                let w = &out.workdir;
+                let what = match w.state.as_str() {
+                    "clean" | "drifted" => format!(
+                        "{}, applied up to {}{}",
+                        w.state,
+                        w.applied_upto
+                            .as_deref()
+                            .filter(|s| !s.is_empty())
+                            .unwrap_or("the base"),
+                        if w.current {
+                            ""
+                        } else {
+                            " (not the current chain: run apply)"
+                        }
+                    ),
+                    s => s.to_string(),
+                };
+                println!("workdir  {} — {what}", w.path);
+                for m in &w.modified {
+                    println!("  modified  {m}");
+                }
+                for d in &w.deleted {
+                    println!("  deleted   {d}");
+                }
+                if w.untracked > 0 {
+                    println!("  {} untracked file(s) kept across applies", w.untracked);
+                }
+            }
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! `edit` and `export`: the series as an ordinary git stack (one commit for
+//! the base, one per patch) and back to canonical patch files.
+
+use anyhow::{bail, Context, Result};
+use git2::{Oid, Repository, Signature, Time};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+use crate::chain::lock::{Lock, LockLine};
+use crate::chain::{apply, export, series, PatchFile, Series};
+use crate::fsx;
+
+/// The trailer that ties a commit to its patch file name.
+pub const TRAILER: &str = "Polykv-Patch: ";
+/// The branch `edit` creates.
+pub const BRANCH: &str = "polykv";
+
+fn signature() -> Result<Signature<'static>> {
+    // Fixed identity and time: the same series always gives the same commit ids.
+    Ok(Signature::new(
+        "polykv-forge",
+        "polykv-forge@localhost",
+        &Time::new(1_700_000_000, 0),
+    )?)
+}
+
+/// Commit message for a patch: its description plus the name trailer.
+fn message_for(p: &PatchFile) -> String {
+    let m = p.message();
+    if m.is_empty() {
+        format!("{}\n\n{TRAILER}{}\n", p.stem(), p.stem())
+    } else {
+        format!("{m}\n\n{TRAILER}{}\n", p.stem())
+    }
+}
+
+/// Splits a commit message into (description, patch stem from the trailer).
+fn parse_message(msg: &str) -> (String, Option<String>) {
+    let trimmed = msg.trim_end();
+    if let Some(pos) = trimmed.rfind('\n').map(|p| p + 1).or(Some(0)) {
+        let last = &trimmed[pos..];
+        if let Some(stem) = last.strip_prefix(TRAILER) {
+            return (
+                trimmed[..pos].trim().to_string(),
+                Some(stem.trim().to_string()),
+            );
+        }
+    }
+    (trimmed.trim().to_string(), None)
+}
+
+#[derive(Debug, Serialize)]
+pub struct EditReport {
+    pub dir: String,
+    pub base_commit: String,
+    pub head: String,
+    pub patches: usize,
+}
+
+/// Materialises the stack in `dir` (which must not exist or be empty).
+pub fn edit(
+    store_repo: &Repository,
+    base: Oid,
+    upstream_commit: &str,
+    s: &Series,
+    dir: &Path,
+    force: bool,
+) -> Result<EditReport> {
+    if dir.exists() {
+        let empty = std::fs::read_dir(dir)
+            .map(|mut r| r.next().is_none())
+            .unwrap_or(false);
+        if !empty {
+            if !force {
+                bail!(
+                    "{} already exists; export it first, or pass --force to replace it (its changes are lost)",
+                    dir.display()
+                );
+            }
+            fsx::remove_dir_all_if_exists(dir)?;
+        }
+    }
+    let trees = apply::forward(store_repo, base, &s.patches)?;
+    // Build in a sibling, move into place: never a half-made stack.
+    let staging = fsx::sibling(dir, "edit-staging");
+    fsx::remove_dir_all_if_exists(&staging)?;
+    fsx::create_dir_all(&staging)?;
+    let repo = Repository::init(&staging)
+        .with_context(|| format!("creating a git repository in {}", staging.display()))?;
+    // Share the cache's objects instead of copying 170 MB.
+    let objects = store_repo.path().join("objects");
+    fsx::write_atomic(
+        &staging.join(".git/objects/info/alternates"),
+        format!("{}\n", objects.display()).as_bytes(),
+    )?;
+    let repo = {
+        drop(repo);
+        Repository::open(&staging)?
+    };
+    let sig = signature()?;
+    let base_tree = repo.find_tree(base)?;
+    let base_msg = format!(
+        "polykv-forge base: upstream {upstream_commit}\n\nPristine pinned tree {base}. Do not edit this commit; `export` refuses a stack whose base differs.\n"
+    );
+    let mut parent = repo.commit(None, &sig, &sig, &base_msg, &base_tree, &[])?;
+    let base_commit = parent;
+    for (p, t) in s.patches.iter().zip(&trees) {
+        let tree = repo.find_tree(*t)?;
+        let pc = repo.find_commit(parent)?;
+        parent = repo.commit(None, &sig, &sig, &message_for(p), &tree, &[&pc])?;
+    }
+    let head = repo.find_commit(parent)?;
+    repo.branch(BRANCH, &head, true)?;
+    repo.reference("refs/polykv/base", base_commit, true, "polykv-forge edit")?;
+    repo.set_head(&format!("refs/heads/{BRANCH}"))?;
+    let pb = crate::progress::bar(0, "checking out");
+    let mut co = git2::build::CheckoutBuilder::new();
+    co.force();
+    co.progress(|_, cur, total| {
+        pb.set_length(total as u64);
+        pb.set_position(cur as u64);
+    });
+    repo.checkout_head(Some(&mut co))
+        .context("checking out the stack")?;
+    pb.finish_and_clear();
+    drop(co);
+    drop(head);
+    drop(base_tree);
+    drop(repo);
+    std::fs::rename(&staging, dir)
+        .with_context(|| format!("moving the stack to {}", dir.display()))?;
+    Ok(EditReport {
+        dir: dir.display().to_string(),
+        base_commit: base_commit.to_string(),
+        head: parent.to_string(),
+        patches: s.patches.len(),
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExportReport {
+    pub dir: String,
+    pub written: Vec<String>,
+    pub removed: Vec<String>,
+    pub unchanged: Vec<String>,
+    pub dry_run: bool,
+}
+
+/// A patch computed from the stack, not yet written.
+struct Planned {
+    file_name: String,
+    bytes: Vec<u8>,
+    tree: Oid,
+}
+
+/// Writes `patches/` back from the stack in `from`, canonically.
+pub fn export(
+    store_repo: &Repository,
+    base: Oid,
+    from: &Path,
+    patches_dir: &Path,
+    dry_run: bool,
+) -> Result<ExportReport> {
+    let repo = Repository::open(from).with_context(|| {
+        format!(
+            "{} is not a git repository made by `polykv-forge edit`",
+            from.display()
+        )
+    })?;
+    if repo.state() != git2::RepositoryState::Clean {
+        bail!(
+            "{}: a git operation is in progress ({:?}); finish or abort it first",
+            from.display(),
+            repo.state()
+        );
+    }
+    let statuses = repo.statuses(Some(git2::StatusOptions::new().include_untracked(false)))?;
+    if !statuses.is_empty() {
+        bail!(
+            "{}: uncommitted changes in {} file(s); commit them (a new commit, or `git commit --amend`/fixup) before exporting",
+            from.display(),
+            statuses.len()
+        );
+    }
+    let head = repo
+        .head()
+        .context("the stack has no HEAD")?
+        .peel_to_commit()?;
+    // Walk back to the root, refusing merges.
+    let mut commits = vec![head.clone()];
+    let mut c = head;
+    while c.parent_count() > 0 {
+        if c.parent_count() > 1 {
+            bail!(
+                "commit {} is a merge; the stack must be linear (rebase it)",
+                c.id()
+            );
+        }
+        c = c.parent(0)?;
+        commits.push(c.clone());
+    }
+    commits.reverse();
+    let root = &commits[0];
+    if root.tree_id() != base {
+        bail!(
+            "the stack's base commit {} has tree {}, not the pinned tree {base}; refusing to export against another base",
+            root.id(),
+            root.tree_id()
+        );
+    }
+    // Compute every patch first; nothing is written unless all succeed.
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut last_number = 0u32;
+    let mut prev_tree = base;
+    for c in &commits[1..] {
+        let msg = c
+            .message()
+            .with_context(|| format!("commit {}: message is not UTF-8", c.id()))?;
+        let (description, stem) = parse_message(msg);
+        let (number, stem) = match stem {
+            Some(stem) => {
+                let n = series::parse_name(&format!("{stem}.patch"))
+                    .with_context(|| format!("commit {}: bad {TRAILER}trailer", c.id()))?;
+                (n, stem)
+            }
+            None => {
+                let n = last_number + 1;
+                let subject = description.lines().next().unwrap_or("");
+                (n, format!("{n:04}-{}", series::slugify(subject)))
+            }
+        };
+        if number <= last_number {
+            bail!(
+                "commit {} ({stem}) comes after patch {last_number:04}; patch numbers must increase along the stack (renumber its {TRAILER}trailer)",
+                c.id()
+            );
+        }
+        last_number = number;
+        // Copy the stack's objects into the cache so the chain can be checked there.
+        let tree = copy_tree(&repo, store_repo, c.tree_id())?;
+        let diff = export::render(store_repo, prev_tree, tree)
+            .with_context(|| format!("commit {} ({stem})", c.id()))?;
+        if diff.is_empty() {
+            bail!(
+                "commit {} ({stem}) changes nothing; drop it or squash it",
+                c.id()
+            );
+        }
+        let file_name = format!("{stem}.patch");
+        let bytes = series::compose(&description, &diff);
+        // Prove the written text reproduces the commit exactly.
+        let pf = PatchFile::from_bytes(&file_name, bytes.clone())?;
+        let got = apply::apply(store_repo, prev_tree, &pf, false)?;
+        if got != tree {
+            bail!("{file_name}: the exported text does not reproduce commit {} (tree {got} vs {tree})", c.id());
+        }
+        planned.push(Planned {
+            file_name,
+            bytes,
+            tree,
+        });
+        prev_tree = tree;
+    }
+    let lock = Lock {
+        base: base.to_string(),
+        lines: planned
+            .iter()
+            .map(|p| LockLine {
+                file: p.file_name.clone(),
+                sha256: crate::source::sha256_hex(&p.bytes),
+                tree: p.tree.to_string(),
+            })
+            .collect(),
+    };
+    let old = Series::load(patches_dir)?;
+    let mut report = ExportReport {
+        dir: patches_dir.display().to_string(),
+        written: Vec::new(),
+        removed: Vec::new(),
+        unchanged: Vec::new(),
+        dry_run,
+    };
+    for p in &planned {
+        match old.patches.iter().find(|o| o.file_name == p.file_name) {
+            Some(o) if o.bytes == p.bytes => report.unchanged.push(p.file_name.clone()),
+            _ => report.written.push(p.file_name.clone()),
+        }
+    }
+    for o in &old.patches {
+        if !planned.iter().any(|p| p.file_name == o.file_name) {
+            report.removed.push(o.file_name.clone());
+        }
+    }
+    let lock_text = lock.render();
+    let lock_same = std::fs::read_to_string(patches_dir.join(crate::chain::lock::FILE_NAME))
+        .is_ok_and(|old| old == lock_text);
+    if dry_run || (report.written.is_empty() && report.removed.is_empty() && lock_same) {
+        return Ok(report);
+    }
+    write_series(patches_dir, &planned, &lock_text)?;
+    Ok(report)
+}
+
+/// Replaces the patch files and the lock in one atomic directory swap.
+fn write_series(dir: &Path, planned: &[Planned], lock: &str) -> Result<()> {
+    fsx::create_dir_all(dir)?;
+    let staging = fsx::sibling(dir, "export-staging");
+    fsx::remove_dir_all_if_exists(&staging)?;
+    fsx::create_dir_all(&staging)?;
+    // Keep every other file of patches/ (ownership.toml, markers.toml, README…).
+    for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".patch") || name == crate::chain::lock::FILE_NAME {
+            continue;
+        }
+        let to = staging.join(&name);
+        if e.file_type()?.is_dir() {
+            copy_dir(&e.path(), &to)?;
+        } else {
+            std::fs::copy(e.path(), &to)
+                .with_context(|| format!("copying {}", e.path().display()))?;
+        }
+    }
+    for p in planned {
+        std::fs::write(staging.join(&p.file_name), &p.bytes)
+            .with_context(|| format!("writing {}", p.file_name))?;
+    }
+    std::fs::write(staging.join(crate::chain::lock::FILE_NAME), lock)
+        .context("writing the lock")?;
+    fsx::exchange(&staging, dir)?;
+    fsx::remove_dir_all_if_exists(&staging)?;
+    Ok(())
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    for e in walkdir::WalkDir::new(from) {
+        let e = e?;
+        let rel = e.path().strip_prefix(from)?;
+        let dest: PathBuf = to.join(rel);
+        if e.file_type().is_dir() {
+            fsx::create_dir_all(&dest)?;
+        } else {
+            std::fs::copy(e.path(), &dest)
+                .with_context(|| format!("copying {}", e.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Copies a tree (and everything under it) from one repository's objects to
+/// another's, skipping what is already there.
+fn copy_tree(from: &Repository, to: &Repository, tree: Oid) -> Result<Oid> {
+    let to_odb = to.odb()?;
+    if to_odb.exists(tree) {
+        return Ok(tree);
+    }
+    let from_odb = from.odb()?;
+    let mut stack = vec![tree];
+    while let Some(id) = stack.pop() {
+        if to_odb.exists(id) {
+            continue;
+        }
+        let obj = from_odb.read(id)?;
+        if obj.kind() == git2::ObjectType::Tree {
+            let t = from.find_tree(id)?;
+            for e in t.iter() {
+                match e.kind() {
+                    Some(git2::ObjectType::Tree) | Some(git2::ObjectType::Blob) => {
+                        stack.push(e.id())
+                    }
+                    _ => bail!(
+                        "tree {id} holds a submodule entry, which polykv-forge does not support"
+                    ),
+                }
+            }
+        }
+        let written = to_odb.write(obj.kind(), obj.data())?;
+        debug_assert_eq!(written, id);
+    }
+    Ok(tree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let (d, s) = parse_message("Title\n\nBody\n\nPolykv-Patch: 0002-x\n");
+        assert_eq!(d, "Title\n\nBody");
+        assert_eq!(s.as_deref(), Some("0002-x"));
+        let (d, s) = parse_message("Just a title\n");
+        assert_eq!(d, "Just a title");
+        assert!(s.is_none());
+    }
+}

@@ -1,0 +1,20 @@
+//! polykv-forge: pin upstream llama.cpp by content, carry an ordered series of
+//! numbered patches on top of it, and prove the chain strictly.
+//!
+//! Data flows one way: manifest → base tree (source, store) → chain (apply,
+//! verify, export) → applied workdir → build → gates.
+
+pub mod chain;
+pub mod cli;
+pub mod edit;
+pub mod error;
+pub mod failpoint;
+pub mod fsx;
+pub mod manifest;
+pub mod paths;
+pub mod progress;
+pub mod source;
+pub mod status;
+pub mod store;
+pub mod tree;
+pub mod workdir;
