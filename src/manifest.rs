@@ -92,9 +92,23 @@ impl Manifest {
         Ok(m)
     }
 
+    /// Loads the manifest; relative source paths are taken relative to its directory.
     pub fn load(path: &Path) -> Result<Manifest> {
         let text = crate::fsx::read_to_string(path)?;
-        Manifest::parse(&text).with_context(|| format!("in {}", path.display()))
+        let mut m = Manifest::parse(&text).with_context(|| format!("in {}", path.display()))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for s in &mut m.upstream.sources {
+            match s {
+                Source::Dir { path }
+                | Source::Archive {
+                    path: Some(path), ..
+                } if path.is_relative() => {
+                    *path = dir.join(&*path);
+                }
+                _ => {}
+            }
+        }
+        Ok(m)
     }
 
     fn validate(&self) -> Result<()> {
@@ -103,10 +117,10 @@ impl Manifest {
         check_hex40("upstream.tree", &u.tree)?;
         for s in &u.sources {
             match s {
-                Source::PipSdist { sha256, .. } | Source::Archive { sha256, .. } => {
-                    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                        bail!("{}: sha256 must be 64 hex digits", s.describe());
-                    }
+                Source::PipSdist { sha256, .. } | Source::Archive { sha256, .. }
+                    if sha256.len() != 64 || !sha256.bytes().all(|b| b.is_ascii_hexdigit()) =>
+                {
+                    bail!("{}: sha256 must be 64 hex digits", s.describe());
                 }
                 _ => {}
             }

@@ -78,6 +78,7 @@ pub fn parse(text: &[u8]) -> std::result::Result<Diff<'static>, String> {
         if line.starts_with(b"copy from ") || line.starts_with(b"copy to ") {
             return Err("copy patches are not supported; add the new file instead".into());
         }
+        check_header_paths(line)?;
     }
     let diff = Diff::from_buffer(text)
         .map_err(|e| format!("malformed or truncated patch text: {}", e.message()))?;
@@ -85,6 +86,43 @@ pub fn parse(text: &[u8]) -> std::result::Result<Diff<'static>, String> {
         return Err("the patch contains no file changes".into());
     }
     Ok(diff)
+}
+
+/// Checks the paths as written in header lines, before libgit2 normalizes
+/// them (it would read `b//etc/x` as `etc/x`).
+fn check_header_paths(line: &[u8]) -> std::result::Result<(), String> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut paths: Vec<Vec<u8>> = Vec::new();
+    if let Some(rest) = line.strip_prefix(b"diff --git ") {
+        let (a, b) = reverse::git_header_paths(rest).map_err(|e| format!("{e:#}"))?;
+        paths.push(a);
+        paths.push(b);
+    } else if let Some(rest) = line
+        .strip_prefix(b"--- ")
+        .or_else(|| line.strip_prefix(b"+++ "))
+    {
+        if rest != b"/dev/null" {
+            let p = rest
+                .strip_prefix(b"a/")
+                .or_else(|| rest.strip_prefix(b"b/"))
+                .ok_or_else(|| {
+                    format!(
+                        "path `{}` lacks the a/ or b/ prefix",
+                        String::from_utf8_lossy(rest)
+                    )
+                })?;
+            paths.push(p.to_vec());
+        }
+    } else if let Some(rest) = line
+        .strip_prefix(b"rename from ")
+        .or_else(|| line.strip_prefix(b"rename to "))
+    {
+        paths.push(rest.to_vec());
+    }
+    for p in paths {
+        crate::paths::check_relative(&p).map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(())
 }
 
 /// Every path must stay inside the tree, avoid `.git`, not pass through a

@@ -15,7 +15,7 @@ fn swap_prefix(path: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 }
 
 /// Splits `diff --git a/X b/Y` into (X, Y), with a/ and b/ kept off.
-fn git_header_paths(rest: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
+pub fn git_header_paths(rest: &[u8]) -> Result<(Vec<u8>, Vec<u8>)> {
     let rest = rest.strip_suffix(b"\n").unwrap_or(rest);
     // Same path on both sides is the common case; find the split that makes them equal.
     if let Some(r) = rest.strip_prefix(b"a/") {

@@ -1,0 +1,223 @@
+//! The chain on a synthetic upstream: vendor, edit/export round trips,
+//! verify's checks (lock, markers, ownership), `--upto`.
+
+use crate::harness::*;
+
+fn main_change(stack: &std::path::Path, marker: &str) {
+    let p = stack.join("src/main.c");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let text = text.replace(
+        "main line 10\n",
+        &format!("main line 10 changed // {marker}\n"),
+    );
+    std::fs::write(p, text).unwrap();
+}
+
+#[test]
+fn vendor_hashes_the_tree_and_caches_it() {
+    let fx = Fx::new();
+    let out = fx.ok(&["vendor", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["tree"], fx.tree.as_str());
+    assert_eq!(v["cached"], false);
+    assert_eq!(v["files"], 8);
+    let out = fx.ok(&["vendor", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cached"], true);
+    let st = fx.ok(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&st).unwrap();
+    assert_eq!(v["vendored"], true);
+    assert_eq!(v["workdir"]["state"], "absent");
+}
+
+#[test]
+fn edit_export_round_trips_byte_identically_with_crlf_and_no_eol() {
+    let fx = Fx::new();
+    fx.commit_patch("Touch every kind of file\n\nBody text.", |s| {
+        main_change(s, "polykv: 0001");
+        std::fs::write(
+            s.join("docs/crlf.txt"),
+            "one\r\ntwo polykv: 0001\r\nthree\r\nfour\r\n",
+        )
+        .unwrap();
+        std::fs::write(s.join("data/noeol.txt"), "alpha\nbeta polykv: 0001\ngamma").unwrap();
+        std::fs::write(s.join("src/new.c"), "// polykv: 0001 new file\nint x;\n").unwrap();
+    });
+    let names: Vec<String> = fx.patches_snapshot().into_iter().map(|p| p.0).collect();
+    assert_eq!(
+        names,
+        vec!["0001-touch-every-kind-of-file.patch", "patches.lock"]
+    );
+    let patch = std::fs::read(fx.patches().join("0001-touch-every-kind-of-file.patch")).unwrap();
+    assert!(
+        patch.windows(5).any(|w| w == b"two\r\n"),
+        "CRLF kept in the patch"
+    );
+    let nl = b"\\ No newline at end of file\n";
+    assert!(patch.windows(nl.len()).any(|w| w == nl));
+    let v: serde_json::Value = serde_json::from_str(&fx.ok(&["verify", "--json"])).unwrap();
+    assert_eq!(v["ok"], true, "{v:#}");
+    assert_eq!(v["base_tree"], fx.tree.as_str());
+
+    let before = fx.patches_snapshot();
+    fx.ok(&["edit", "--force"]);
+    fx.ok(&["export"]);
+    assert_eq!(
+        fx.patches_snapshot(),
+        before,
+        "edit + export must be byte-identical"
+    );
+
+    fx.ok(&["apply"]);
+    assert_eq!(
+        std::fs::read(fx.workdir().join("docs/crlf.txt")).unwrap(),
+        b"one\r\ntwo polykv: 0001\r\nthree\r\nfour\r\n"
+    );
+    assert_eq!(
+        std::fs::read(fx.workdir().join("data/noeol.txt")).unwrap(),
+        b"alpha\nbeta polykv: 0001\ngamma"
+    );
+}
+
+#[test]
+fn a_second_commit_becomes_patch_0002_and_upto_stops_early() {
+    let fx = Fx::new();
+    fx.commit_patch("First", |s| main_change(s, "polykv: 0001"));
+    fx.commit_patch("Second change", |s| {
+        std::fs::write(
+            s.join("src/util.h"),
+            numbered("util", 12).replace("util line 3\n", "util line 3 // polykv: 0002\n"),
+        )
+        .unwrap();
+    });
+    let names: Vec<String> = fx.patches_snapshot().into_iter().map(|p| p.0).collect();
+    assert_eq!(
+        names,
+        vec![
+            "0001-first.patch",
+            "0002-second-change.patch",
+            "patches.lock"
+        ]
+    );
+    fx.ok(&["verify"]);
+    fx.ok(&["apply", "--upto", "0001"]);
+    assert!(!std::fs::read_to_string(fx.workdir().join("src/util.h"))
+        .unwrap()
+        .contains("0002"));
+    fx.ok(&["apply"]);
+    assert!(std::fs::read_to_string(fx.workdir().join("src/util.h"))
+        .unwrap()
+        .contains("0002"));
+    fx.fails(&["apply", "--upto", "0009"], 2);
+}
+
+#[test]
+fn export_refuses_a_stack_on_another_base_and_a_dirty_stack() {
+    let fx = Fx::new();
+    fx.ok(&["edit"]);
+    let s = fx.stack();
+    main_change(&s, "polykv: 0001");
+    let out = fx.fails(&["export"], 2);
+    assert!(out.contains("uncommitted changes"), "{out}");
+    fx.git(&s, &["checkout", "-q", "--orphan", "other"]);
+    fx.git(&s, &["add", "-A"]);
+    fx.git(&s, &["commit", "-q", "-m", "not the pin"]);
+    let before = fx.patches_snapshot();
+    let out = fx.fails(&["export"], 2);
+    assert!(out.contains("not the pinned tree"), "{out}");
+    assert_eq!(fx.patches_snapshot(), before);
+}
+
+#[test]
+fn edited_patch_or_stale_lock_is_caught() {
+    let fx = Fx::new();
+    fx.commit_patch("First", |s| main_change(s, "polykv: 0001"));
+    let lock = fx.patches().join("patches.lock");
+    let text = std::fs::read_to_string(&lock).unwrap();
+    let tree = text
+        .lines()
+        .last()
+        .unwrap()
+        .split(' ')
+        .nth(2)
+        .unwrap()
+        .to_string();
+    std::fs::write(&lock, text.replace(&tree, &"a".repeat(40))).unwrap();
+    let out = fx.fails(&["verify"], 1);
+    assert!(
+        out.contains("FAIL  lock") && out.contains("the lock says"),
+        "{out}"
+    );
+    std::fs::write(&lock, &text).unwrap();
+    // An edited description changes the sha256 but still applies.
+    let p = fx.patches().join("0001-first.patch");
+    let body = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(&p, body.replacen("First", "First (edited)", 1)).unwrap();
+    let out = fx.fails(&["verify", "--json"], 1);
+    assert!(out.contains("changed since the lock was written"), "{out}");
+}
+
+#[test]
+fn markers_are_required_and_must_name_chain_patches() {
+    let fx = Fx::new();
+    fx.commit_patch("No marker", |s| main_change(s, "no marker here"));
+    let out = fx.fails(&["verify"], 1);
+    assert!(
+        out.contains("src/main.c: hunk `@@ -7,7 +7,7 @@ main line 6` adds lines to an upstream file without a `polykv: 0001` marker"),
+        "{out}"
+    );
+    // An exemption with a reason makes it pass.
+    std::fs::write(
+        fx.patches().join("markers.toml"),
+        "[[exempt]]\npatch = \"0001\"\npath = \"src/main.c\"\nreason = \"test\"\n",
+    )
+    .unwrap();
+    fx.ok(&["verify"]);
+
+    let fx = Fx::new();
+    fx.commit_patch("Wrong number", |s| main_change(s, "polykv: 0007"));
+    let out = fx.fails(&["verify"], 1);
+    assert!(
+        out.contains("marker `polykv: 0007` names no patch of the chain"),
+        "{out}"
+    );
+
+    let fx = Fx::new();
+    fx.commit_patch("New file without header", |s| {
+        std::fs::write(s.join("src/added.c"), "int y;\n").unwrap();
+    });
+    let out = fx.fails(&["verify"], 1);
+    assert!(out.contains("new file src/added.c lacks a header"), "{out}");
+}
+
+#[test]
+fn ownership_rules() {
+    let fx = Fx::new();
+    fx.commit_patch("Drop old", |s| {
+        std::fs::remove_file(s.join("src/old.c")).unwrap()
+    });
+    let out = fx.fails(&["verify"], 1);
+    assert!(out.contains("deletes the upstream file src/old.c"), "{out}");
+    std::fs::write(
+        fx.patches().join("ownership.toml"),
+        "[[allow]]\npatch = \"0001\"\npath = \"src/old.c\"\naction = \"delete\"\nreason = \"replaced\"\n",
+    )
+    .unwrap();
+    fx.ok(&["verify"]);
+
+    let fx = Fx::new();
+    fx.commit_patch("Create", |s| {
+        std::fs::write(s.join("src/n.c"), "// polykv: 0001\n").unwrap()
+    });
+    fx.commit_patch("Remove", |s| {
+        std::fs::remove_file(s.join("src/n.c")).unwrap()
+    });
+    fx.commit_patch("Create again", |s| {
+        std::fs::write(s.join("src/n.c"), "// polykv: 0003\n").unwrap()
+    });
+    let out = fx.fails(&["verify"], 1);
+    assert!(
+        out.contains("src/n.c: created by 0001-create.patch and again by 0003-create-again.patch"),
+        "{out}"
+    );
+}

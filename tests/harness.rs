@@ -1,0 +1,259 @@
+//! A project in a temporary directory with a synthetic upstream, a private
+//! cache, and helpers that run the built binary and print everything on failure.
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_polykv-forge");
+
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    fn from(o: Output) -> Out {
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+    pub fn dump(&self, what: &str) -> String {
+        format!(
+            "{what}: exit {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Deterministic environment for git and the tool.
+pub fn env_cmd(program: &str, home: &Path) -> Command {
+    let mut c = Command::new(program);
+    c.env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .env("GIT_AUTHOR_DATE", "2000-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2000-01-01T00:00:00Z")
+        .env("TZ", "UTC")
+        .env("LC_ALL", "C")
+        .env("POLYKV_FORGE_NO_PROGRESS", "1")
+        .env_remove("POLYKV_FORGE_SOURCE")
+        .env_remove("POLYKV_FORGE_FAILPOINT")
+        .env_remove("POLYKV_FORGE_PROJECT")
+        .env_remove("POLYKV_FORGE_CACHE");
+    c
+}
+
+pub struct Fx {
+    pub tmp: tempfile::TempDir,
+    pub root: PathBuf,
+    pub cache: PathBuf,
+    pub upstream: PathBuf,
+    pub home: PathBuf,
+    pub tree: String,
+}
+
+/// 40 distinct lines, so hunks have unambiguous context.
+pub fn numbered(prefix: &str, n: usize) -> String {
+    (1..=n).map(|i| format!("{prefix} line {i}\n")).collect()
+}
+
+pub fn git_tree_id(dir: &Path, home: &Path) -> String {
+    let scratch = tempfile::tempdir().unwrap();
+    let g = |args: &[&str]| {
+        let o = env_cmd("git", home)
+            .arg("--git-dir")
+            .arg(scratch.path())
+            .arg("--work-tree")
+            .arg(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let o = env_cmd("git", home)
+        .args(["init", "-q", "--bare"])
+        .arg(scratch.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    g(&["-c", "core.autocrlf=false", "add", "-A", "-f", "."]);
+    g(&["write-tree"]).trim().to_string()
+}
+
+impl Fx {
+    pub fn new() -> Fx {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("project");
+        let cache = tmp.path().join("cache");
+        let upstream = tmp.path().join("upstream");
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(root.join("patches")).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(upstream.join("src")).unwrap();
+        std::fs::create_dir_all(upstream.join("docs")).unwrap();
+        std::fs::create_dir_all(upstream.join("data")).unwrap();
+        std::fs::create_dir_all(upstream.join("scripts")).unwrap();
+        std::fs::write(upstream.join("src/main.c"), numbered("main", 40)).unwrap();
+        std::fs::write(upstream.join("src/util.h"), numbered("util", 12)).unwrap();
+        std::fs::write(upstream.join("src/old.c"), numbered("old", 10)).unwrap();
+        std::fs::write(
+            upstream.join("docs/crlf.txt"),
+            "one\r\ntwo\r\nthree\r\nfour\r\n",
+        )
+        .unwrap();
+        std::fs::write(upstream.join("data/noeol.txt"), "alpha\nbeta\ngamma").unwrap();
+        std::fs::write(upstream.join("data/blob.bin"), b"\x00\x01\x02binary\x00").unwrap();
+        std::fs::write(upstream.join("scripts/run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+        std::fs::set_permissions(
+            upstream.join("scripts/run.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("src", upstream.join("link")).unwrap();
+        let tree = git_tree_id(&upstream, &home);
+        let fx = Fx {
+            tmp,
+            root,
+            cache,
+            upstream,
+            home,
+            tree,
+        };
+        fx.write_manifest(
+            &fx.tree.clone(),
+            "[[upstream.sources]]\nkind = \"dir\"\npath = \"../upstream\"\n",
+        );
+        fx
+    }
+
+    pub fn write_manifest(&self, tree: &str, sources: &str) {
+        let text = format!(
+            "[upstream]\nname = \"synthetic\"\ncommit = \"{}\"\ntree = \"{tree}\"\n\n{sources}",
+            "0".repeat(40)
+        );
+        std::fs::write(self.root.join("vendor-manifest.toml"), text).unwrap();
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = env_cmd(BIN, &self.home);
+        c.arg("--project")
+            .arg(&self.root)
+            .arg("--cache")
+            .arg(&self.cache)
+            .args(args)
+            .current_dir(&self.root);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Out {
+        Out::from(self.cmd(args).output().unwrap())
+    }
+
+    /// Runs and asserts exit 0; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert_eq!(o.code, 0, "{}", o.dump(&format!("{args:?}")));
+        o.stdout
+    }
+
+    /// Runs and asserts the exit code; returns stdout + stderr.
+    pub fn fails(&self, args: &[&str], code: i32) -> String {
+        let o = self.run(args);
+        assert_eq!(o.code, code, "{}", o.dump(&format!("{args:?}")));
+        format!("{}{}", o.stdout, o.stderr)
+    }
+
+    pub fn patches(&self) -> PathBuf {
+        self.root.join("patches")
+    }
+
+    pub fn workdir(&self) -> PathBuf {
+        self.root.join("work/llama.cpp")
+    }
+
+    pub fn stack(&self) -> PathBuf {
+        self.root.join("work/edit")
+    }
+
+    pub fn git(&self, dir: &Path, args: &[&str]) -> String {
+        let o = env_cmd("git", &self.home)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// `edit --force`, change the stack with `f`, commit with `msg`, `export`.
+    pub fn commit_patch(&self, msg: &str, f: impl FnOnce(&Path)) {
+        self.ok(&["edit", "--force"]);
+        let stack = self.stack();
+        f(&stack);
+        self.git(&stack, &["add", "-A"]);
+        self.git(&stack, &["commit", "-q", "-m", msg]);
+        self.ok(&["export"]);
+    }
+
+    pub fn write_patch(&self, name: &str, text: &str) {
+        std::fs::write(self.patches().join(name), text).unwrap();
+    }
+
+    /// Snapshot of every patches/ file, to prove nothing was written.
+    pub fn patches_snapshot(&self) -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<_> = std::fs::read_dir(self.patches())
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read(e.path()).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Snapshot of the workdir (path, bytes, mtime), to prove nothing changed.
+    pub fn workdir_snapshot(&self) -> Vec<(String, Vec<u8>, std::time::SystemTime)> {
+        let mut v = Vec::new();
+        let root = self.workdir();
+        if !root.exists() {
+            return v;
+        }
+        for e in walkdir::WalkDir::new(&root).sort_by_file_name() {
+            let e = e.unwrap();
+            if e.file_type().is_file() {
+                let m = e.metadata().unwrap();
+                v.push((
+                    e.path().strip_prefix(&root).unwrap().display().to_string(),
+                    std::fs::read(e.path()).unwrap(),
+                    m.modified().unwrap(),
+                ));
+            }
+        }
+        v
+    }
+}
+
+/// A patch that changes main.c line 10 (marker included).
+pub const MAIN_PATCH: &str = "Change main\n\ndiff --git a/src/main.c b/src/main.c\n--- a/src/main.c\n+++ b/src/main.c\n@@ -9,3 +9,3 @@\n main line 9\n-main line 10\n+main line 10 changed // polykv: 0001\n main line 11\n";
