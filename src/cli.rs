@@ -107,10 +107,61 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Build a variant of the applied workdir (CMake + Ninja), stamped with an artifact manifest.
+    Build {
+        /// The CPU variant (default).
+        #[arg(long, conflicts_with_all = ["cuda", "metal"])]
+        cpu: bool,
+        /// CUDA, with ggml backends as loadable modules (libggml-cuda.so).
+        #[arg(long, conflicts_with = "metal")]
+        cuda: bool,
+        /// Metal with the embedded library (macOS).
+        #[arg(long)]
+        metal: bool,
+        /// Build this target (repeatable); default: the binaries the gates need.
+        #[arg(long = "target", value_name = "T")]
+        targets: Vec<String>,
+        /// Parallel jobs for Ninja (default: Ninja's own choice).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// CUDA architectures, e.g. `80;90` (default: from nvcc's list).
+        #[arg(long)]
+        cuda_arch: Option<String>,
+        /// Print the exact configure and build commands and the cache key; run nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Verify the artifacts on disk against the build's manifest; build nothing.
+        #[arg(long)]
+        check: bool,
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Test models: fetch them (pinned by sha256) or list them.
+    Model {
+        #[command(subcommand)]
+        cmd: ModelCmd,
+    },
     /// Show the pin, its source, the chain and the workdir's state.
     Status {
         #[arg(long)]
         workdir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ModelCmd {
+    /// Fetch models into the cache (all when none is named).
+    Fetch {
+        names: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the pinned models and whether they are cached.
+    List {
         #[arg(long)]
         json: bool,
     },
@@ -167,6 +218,48 @@ impl Project {
 
     fn series(&self) -> Result<Series> {
         Series::load(&self.patches_dir)
+    }
+
+    /// The applied tree for a build. With `strict`, the workdir must hold
+    /// the current chain without hand edits; otherwise the chain's tree is
+    /// computed in the cache (for `--dry-run`).
+    fn applied(&self, dir: &Path, strict: bool) -> Result<crate::build::Applied> {
+        let store = self.store()?;
+        let (base, _) = self.base(&store, &SourceArgs::default(), false)?;
+        let series = self.series()?;
+        let trees = chain::apply::forward(&store.repo, base, &series.patches)?;
+        let tree = trees.last().copied().unwrap_or(base).to_string();
+        if strict {
+            let ins = workdir::inspect(dir)?;
+            let at = ins.state.as_ref().map(|s| s.tree.clone());
+            if at.as_deref() != Some(tree.as_str()) {
+                anyhow::bail!(
+                    "{} does not hold the current chain (tree {tree}); run `polykv-forge apply` first",
+                    dir.display()
+                );
+            }
+            if ins.drifted() {
+                anyhow::bail!(
+                    "{} has hand edits ({} modified, {} deleted); a build would not match its stamp. Run `polykv-forge status`",
+                    dir.display(),
+                    ins.modified.len(),
+                    ins.deleted.len()
+                );
+            }
+        }
+        let release_number = self
+            .manifest
+            .upstream
+            .release
+            .as_deref()
+            .and_then(|r| r.trim_start_matches('b').parse().ok());
+        Ok(crate::build::Applied {
+            workdir: dir.to_path_buf(),
+            tree,
+            patches: series.patches.len(),
+            release_number,
+            commit: self.manifest.upstream.commit.clone(),
+        })
     }
 
     fn default_workdir(&self) -> PathBuf {
@@ -478,6 +571,148 @@ fn run(cli: &Cli) -> Result<i32> {
                     for w in &r.removed {
                         println!("  remove  {w}");
                     }
+                }
+            }
+            Ok(0)
+        }
+        Cmd::Build {
+            cpu: _,
+            cuda,
+            metal,
+            targets,
+            jobs,
+            cuda_arch,
+            dry_run,
+            check,
+            workdir,
+            json,
+        } => {
+            let variant = if *cuda {
+                crate::build::Variant::Cuda
+            } else if *metal {
+                crate::build::Variant::Metal
+            } else {
+                crate::build::Variant::Cpu
+            };
+            let dir = match workdir {
+                Some(d) => crate::fsx::absolute(d)?,
+                None => project.default_workdir(),
+            };
+            let applied = project.applied(&dir, !*dry_run)?;
+            let plan = crate::build::plan(
+                &project.root,
+                &applied,
+                &crate::build::Request {
+                    variant,
+                    targets: targets.clone(),
+                    jobs: *jobs,
+                    cuda_arch: cuda_arch.clone(),
+                    fa_quants: None,
+                },
+            )?;
+            if *dry_run {
+                if *json {
+                    print_json(&plan)?;
+                } else {
+                    println!("# variant {} — cache key {}", variant.name(), plan.key);
+                    println!("# applied tree {}", plan.tree);
+                    for c in &plan.compilers {
+                        println!("# compiler: {c}");
+                    }
+                    if let Some(why) = &plan.blocked {
+                        println!("# cannot run on this machine: {why}");
+                    }
+                    println!("{}", crate::build::show_command(&plan.configure));
+                    println!("{}", crate::build::show_command(&plan.build));
+                }
+                return Ok(0);
+            }
+            if *check {
+                let m = crate::build::check(&plan)?;
+                if *json {
+                    print_json(&m)?;
+                } else {
+                    println!(
+                        "build --check: {} artifact(s) in {} match the manifest (key {}…, tree {})",
+                        m.artifacts.len(),
+                        plan.build_dir,
+                        &m.key[..12],
+                        short(&m.tree)
+                    );
+                }
+                return Ok(0);
+            }
+            let t = Instant::now();
+            let out = crate::build::run(&plan)?;
+            if *json {
+                print_json(&out)?;
+            } else if out.up_to_date {
+                println!(
+                    "build: {} is up to date (key {}…, {} artifact(s) intact) in {:.2}s",
+                    plan.build_dir,
+                    &plan.key[..12],
+                    out.manifest.artifacts.len(),
+                    t.elapsed().as_secs_f64()
+                );
+            } else {
+                println!(
+                    "build: {} variant built in {:.0}s → {} ({} artifact(s), manifest {})",
+                    variant.name(),
+                    out.manifest.seconds,
+                    plan.build_dir,
+                    out.manifest.artifacts.len(),
+                    crate::build::MANIFEST
+                );
+            }
+            Ok(0)
+        }
+        Cmd::Model { cmd } => {
+            let store = project.store()?;
+            let models = &project.manifest.models;
+            #[derive(Serialize)]
+            struct Row {
+                name: String,
+                file: String,
+                sha256: String,
+                path: Option<String>,
+            }
+            let (names, json, fetch) = match cmd {
+                ModelCmd::Fetch { names, json } => (names.clone(), *json, true),
+                ModelCmd::List { json } => (Vec::new(), *json, false),
+            };
+            let chosen: Vec<&crate::model::Model> = if names.is_empty() {
+                models.iter().collect()
+            } else {
+                names
+                    .iter()
+                    .map(|n| crate::model::find(models, n))
+                    .collect::<Result<_>>()?
+            };
+            let mut rows = Vec::new();
+            for m in chosen {
+                let path = if fetch {
+                    Some(crate::model::fetch(&store, m)?)
+                } else {
+                    crate::model::cached(&store, m)
+                };
+                rows.push(Row {
+                    name: m.name.clone(),
+                    file: m.file.clone(),
+                    sha256: m.sha256.clone(),
+                    path: path.map(|p| p.display().to_string()),
+                });
+            }
+            if json {
+                print_json(&rows)?;
+            } else {
+                for r in &rows {
+                    println!(
+                        "{:<14} {}",
+                        r.name,
+                        r.path
+                            .as_deref()
+                            .unwrap_or("not fetched (polykv-forge model fetch)")
+                    );
                 }
             }
             Ok(0)

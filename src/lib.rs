@@ -4,6 +4,7 @@
 //! Data flows one way: manifest → base tree (source, store) → chain (apply,
 //! verify, export) → applied workdir → build → gates.
 
+pub mod build;
 pub mod chain;
 pub mod cli;
 pub mod edit;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod failpoint;
 pub mod fsx;
 pub mod manifest;
+pub mod model;
 pub mod paths;
 pub mod progress;
 pub mod source;

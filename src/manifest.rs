@@ -11,6 +11,9 @@ pub const FILE_NAME: &str = "vendor-manifest.toml";
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
     pub upstream: Upstream,
+    /// Test models for the gates.
+    #[serde(default)]
+    pub models: Vec<crate::model::Model>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

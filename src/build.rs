@@ -1,0 +1,663 @@
+//! `build`: configure and build the applied workdir with CMake + Ninja, one
+//! build directory per variant, keyed by everything that determines the
+//! artifacts, and stamped with a manifest of their hashes that `--check` and
+//! every gate verify.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::error::CheckFailed;
+use crate::fsx;
+
+pub const MANIFEST: &str = "forge-manifest.json";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    Cpu,
+    Cuda,
+    Metal,
+}
+
+impl Variant {
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Cpu => "cpu",
+            Variant::Cuda => "cuda",
+            Variant::Metal => "metal",
+        }
+    }
+}
+
+/// The binaries the gates need.
+pub const DEFAULT_TARGETS: &[&str] = &[
+    "llama-server",
+    "llama-cli",
+    "llama-completion",
+    "llama-perplexity",
+    "llama-bench",
+    "test-backend-ops",
+    "test-quantize-fns",
+];
+
+/// What the user asked for.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub variant: Variant,
+    pub targets: Vec<String>,
+    pub jobs: Option<usize>,
+    pub cuda_arch: Option<String>,
+    pub fa_quants: Option<String>,
+}
+
+/// Everything about the applied tree the build needs.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub workdir: PathBuf,
+    pub tree: String,
+    pub patches: usize,
+    pub release_number: Option<u32>,
+    pub commit: String,
+}
+
+/// A resolved build: exact commands, key, directories.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub variant: Variant,
+    pub source_dir: String,
+    pub build_dir: String,
+    pub configure: Vec<String>,
+    pub build: Vec<String>,
+    pub targets: Vec<String>,
+    pub key: String,
+    pub tree: String,
+    pub compilers: Vec<String>,
+    /// Why this machine cannot run the plan (the plan is still printed with --dry-run).
+    pub blocked: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Artifact {
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BuildManifest {
+    pub key: String,
+    pub variant: Variant,
+    pub tree: String,
+    pub targets: Vec<String>,
+    pub configure: Vec<String>,
+    pub artifacts: Vec<Artifact>,
+    pub seconds: f64,
+}
+
+fn shell_quote(s: &str) -> String {
+    if s.contains("$CUDA_HOME") && !s.contains(['"', '`', '\\']) {
+        // A placeholder the user's shell expands.
+        return format!("\"{s}\"");
+    }
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+pub fn show_command(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| shell_quote(a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn tool_version(program: &str, arg: &str) -> Option<String> {
+    let out = Command::new(program).arg(arg).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Some(text.trim().to_string())
+}
+
+/// The CUDA toolkit: `CUDA_HOME`, else nvcc on PATH.
+pub fn find_nvcc() -> Option<PathBuf> {
+    if let Some(home) = std::env::var_os("CUDA_HOME").or_else(|| std::env::var_os("CUDA_PATH")) {
+        let p = Path::new(&home).join("bin/nvcc");
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("nvcc"))
+            .find(|p| p.is_file())
+    })
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Architectures nvcc can build for, newest two of the common ones (e.g. `80;90`).
+fn default_cuda_arch(nvcc: Option<&Path>) -> String {
+    let listed = nvcc
+        .and_then(|n| tool_version(&n.display().to_string(), "--list-gpu-arch"))
+        .unwrap_or_default();
+    let mut archs: Vec<&str> = ["80", "90"]
+        .into_iter()
+        .filter(|a| listed.is_empty() || listed.contains(&format!("compute_{a}")))
+        .collect();
+    if archs.is_empty() {
+        archs.push("90");
+    }
+    archs.join(";")
+}
+
+/// Resolves the request into exact commands and a cache key.
+pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
+    let build_dir = root.join("build").join(req.variant.name());
+    let mut opts: Vec<(String, String)> = vec![
+        ("CMAKE_BUILD_TYPE".into(), "Release".into()),
+        ("BUILD_SHARED_LIBS".into(), "ON".into()),
+        // Offline-safe: nothing is downloaded at configure or build time.
+        ("LLAMA_CURL".into(), "OFF".into()),
+        ("LLAMA_USE_PREBUILT_UI".into(), "OFF".into()),
+        ("LLAMA_BUILD_UI".into(), "OFF".into()),
+        ("LLAMA_BUILD_TESTS".into(), "ON".into()),
+        ("LLAMA_BUILD_TOOLS".into(), "ON".into()),
+        ("LLAMA_BUILD_SERVER".into(), "ON".into()),
+        ("LLAMA_BUILD_EXAMPLES".into(), "OFF".into()),
+        (
+            "LLAMA_BUILD_COMMIT".into(),
+            applied.commit.chars().take(7).collect(),
+        ),
+        (
+            "POLYKV_CHAIN_INFO".into(),
+            format!("tree {}, {} patch(es)", applied.tree, applied.patches),
+        ),
+    ];
+    if let Some(n) = applied.release_number {
+        opts.push(("LLAMA_BUILD_NUMBER".into(), n.to_string()));
+    }
+    let mut blocked = None;
+    let mut compilers = vec![
+        tool_version("cc", "--version")
+            .map(|v| v.lines().next().unwrap_or("").to_string())
+            .unwrap_or_else(|| "cc: not found".into()),
+        tool_version("c++", "--version")
+            .map(|v| v.lines().next().unwrap_or("").to_string())
+            .unwrap_or_else(|| "c++: not found".into()),
+    ];
+    match req.variant {
+        Variant::Cpu => {
+            opts.push(("GGML_NATIVE".into(), "ON".into()));
+        }
+        Variant::Cuda => {
+            let nvcc = find_nvcc();
+            let arch = req
+                .cuda_arch
+                .clone()
+                .unwrap_or_else(|| default_cuda_arch(nvcc.as_deref()));
+            opts.push(("GGML_CUDA".into(), "ON".into()));
+            opts.push(("GGML_BACKEND_DL".into(), "ON".into()));
+            // GGML_NATIVE is refused together with GGML_BACKEND_DL.
+            opts.push(("GGML_NATIVE".into(), "OFF".into()));
+            opts.push(("CMAKE_CUDA_ARCHITECTURES".into(), arch));
+            opts.push((
+                "GGML_CUDA_FA_QUANTS".into(),
+                req.fa_quants
+                    .clone()
+                    .unwrap_or_else(|| "q4_0-q4_0;q8_0-q8_0;f16-f16;bf16-bf16".into()),
+            ));
+            match &nvcc {
+                Some(n) => {
+                    opts.push(("CMAKE_CUDA_COMPILER".into(), n.display().to_string()));
+                    if let Some(home) = n.parent().and_then(|b| b.parent()) {
+                        opts.push(("CUDAToolkit_ROOT".into(), home.display().to_string()));
+                    }
+                    compilers.push(
+                        tool_version(&n.display().to_string(), "--version")
+                            .and_then(|v| v.lines().last().map(str::to_string))
+                            .unwrap_or_default(),
+                    );
+                }
+                None => {
+                    opts.push(("CMAKE_CUDA_COMPILER".into(), "$CUDA_HOME/bin/nvcc".into()));
+                    opts.push(("CUDAToolkit_ROOT".into(), "$CUDA_HOME".into()));
+                    blocked = Some(
+                        "no CUDA toolkit: nvcc is neither in $CUDA_HOME/bin nor on PATH (install one, or set CUDA_HOME)"
+                            .into(),
+                    );
+                }
+            }
+        }
+        Variant::Metal => {
+            opts.push(("GGML_METAL".into(), "ON".into()));
+            opts.push(("GGML_METAL_EMBED_LIBRARY".into(), "ON".into()));
+            if !cfg!(target_os = "macos") {
+                blocked = Some(format!(
+                    "the Metal variant builds only on macOS (this machine runs {})",
+                    std::env::consts::OS
+                ));
+            }
+        }
+    }
+    if which("ccache").is_some() {
+        opts.push(("CMAKE_C_COMPILER_LAUNCHER".into(), "ccache".into()));
+        opts.push(("CMAKE_CXX_COMPILER_LAUNCHER".into(), "ccache".into()));
+        if req.variant == Variant::Cuda {
+            opts.push(("CMAKE_CUDA_COMPILER_LAUNCHER".into(), "ccache".into()));
+        }
+    }
+    if blocked.is_none() {
+        for tool in ["cmake", "ninja"] {
+            if which(tool).is_none() {
+                blocked = Some(format!(
+                    "`{tool}` is not installed (Debian: apt-get install {}; or run ci/prereqs)",
+                    if tool == "ninja" { "ninja-build" } else { tool }
+                ));
+                break;
+            }
+        }
+    }
+    let mut configure = vec![
+        "cmake".to_string(),
+        "-S".into(),
+        applied.workdir.display().to_string(),
+        "-B".into(),
+        build_dir.display().to_string(),
+        "-G".into(),
+        "Ninja".into(),
+    ];
+    configure.extend(opts.iter().map(|(k, v)| format!("-D{k}={v}")));
+    let targets = if req.targets.is_empty() {
+        DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect()
+    } else {
+        req.targets.clone()
+    };
+    let mut build = vec![
+        "ninja".to_string(),
+        "-C".into(),
+        build_dir.display().to_string(),
+    ];
+    if let Some(j) = req.jobs {
+        build.push(format!("-j{j}"));
+    }
+    build.extend(targets.iter().cloned());
+
+    // The key: applied tree, variant, options (the ccache launcher aside), compilers, targets.
+    let mut h = Sha256::new();
+    h.update(format!(
+        "tree={}\nvariant={}\n",
+        applied.tree,
+        req.variant.name()
+    ));
+    for (k, v) in &opts {
+        if !k.ends_with("_COMPILER_LAUNCHER") {
+            h.update(format!("opt {k}={v}\n"));
+        }
+    }
+    for c in &compilers {
+        h.update(format!("compiler {c}\n"));
+    }
+    for t in &targets {
+        h.update(format!("target {t}\n"));
+    }
+    Ok(Plan {
+        variant: req.variant,
+        source_dir: applied.workdir.display().to_string(),
+        build_dir: build_dir.display().to_string(),
+        configure,
+        build,
+        targets,
+        key: hex::encode(h.finalize()),
+        tree: applied.tree.clone(),
+        compilers,
+        blocked,
+    })
+}
+
+pub fn sha256_file(path: &Path) -> Result<String> {
+    crate::source::sha256_file(path)
+}
+
+/// The files a build produced for its targets: the binaries and every shared library in bin/.
+fn collect_artifacts(build_dir: &Path, targets: &[String]) -> Result<Vec<Artifact>> {
+    let bin = build_dir.join("bin");
+    let mut out = Vec::new();
+    let mut names: Vec<String> = targets.to_vec();
+    if let Ok(rd) = std::fs::read_dir(&bin) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let is_lib = n.ends_with(".so") || n.ends_with(".dylib");
+            let real_file = e.file_type().map(|t| t.is_file()).unwrap_or(false);
+            if is_lib && real_file {
+                names.push(n);
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    for n in names {
+        let p = bin.join(&n);
+        if !p.exists() {
+            if targets.contains(&n) {
+                bail!("target {n} built, but {} is missing", p.display());
+            }
+            continue;
+        }
+        let meta = std::fs::metadata(&p).with_context(|| format!("reading {}", p.display()))?;
+        out.push(Artifact {
+            path: format!("bin/{n}"),
+            size: meta.len(),
+            sha256: sha256_file(&p)?,
+        });
+    }
+    Ok(out)
+}
+
+pub fn load_manifest(build_dir: &Path) -> Result<Option<BuildManifest>> {
+    let p = build_dir.join(MANIFEST);
+    if !p.exists() {
+        return Ok(None);
+    }
+    let bytes = fsx::read(&p)?;
+    Ok(Some(
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?,
+    ))
+}
+
+/// Verifies every artifact on disk against the manifest; returns the problems.
+pub fn check_artifacts(build_dir: &Path, m: &BuildManifest) -> Result<Vec<String>> {
+    let mut problems = Vec::new();
+    for a in &m.artifacts {
+        let p = build_dir.join(&a.path);
+        match std::fs::metadata(&p) {
+            Err(_) => problems.push(format!("{}: missing", a.path)),
+            Ok(meta) => {
+                let sha = sha256_file(&p)?;
+                if meta.len() != a.size || sha != a.sha256 {
+                    problems.push(format!(
+                        "{}: sha256 {} differs from the manifest's {} — a stale or foreign binary; rebuild with `polykv-forge build --{}`",
+                        a.path,
+                        &sha[..16],
+                        &a.sha256[..16],
+                        m.variant.name()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// `build --check` and gates: the manifest matches the current plan and the files on disk.
+pub fn check(plan: &Plan) -> Result<BuildManifest> {
+    let dir = Path::new(&plan.build_dir);
+    let Some(m) = load_manifest(dir)? else {
+        bail!(CheckFailed {
+            summary: format!(
+                "{}: no {MANIFEST}; run `polykv-forge build --{}` first",
+                plan.build_dir,
+                plan.variant.name()
+            )
+        });
+    };
+    let mut problems = check_artifacts(dir, &m)?;
+    if m.key != plan.key {
+        problems.insert(
+            0,
+            format!(
+                "built from tree {} with key {}…, but the current workdir/options give key {}…: the build is stale; run `polykv-forge build --{}`",
+                m.tree,
+                &m.key[..12],
+                &plan.key[..12],
+                plan.variant.name()
+            ),
+        );
+    }
+    if !problems.is_empty() {
+        bail!(CheckFailed {
+            summary: format!(
+                "{} artifacts do not match {MANIFEST}:\n  {}",
+                plan.build_dir,
+                problems.join("\n  ")
+            )
+        });
+    }
+    Ok(m)
+}
+
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    pub up_to_date: bool,
+    pub manifest: BuildManifest,
+    pub log: String,
+}
+
+/// Runs the plan unless the manifest already matches it and the artifacts are intact.
+pub fn run(plan: &Plan) -> Result<Outcome> {
+    let dir = PathBuf::from(&plan.build_dir);
+    let log_path = dir.join("forge-build.log");
+    if let Some(why) = &plan.blocked {
+        bail!(
+            "cannot build the {} variant on this machine: {why}\n  `polykv-forge build --{} --dry-run` prints the exact commands",
+            plan.variant.name(),
+            plan.variant.name()
+        );
+    }
+    if let Some(m) = load_manifest(&dir)? {
+        if m.key == plan.key && check_artifacts(&dir, &m)?.is_empty() {
+            return Ok(Outcome {
+                up_to_date: true,
+                manifest: m,
+                log: log_path.display().to_string(),
+            });
+        }
+    }
+    let t = std::time::Instant::now();
+    fsx::create_dir_all(&dir)?;
+    // The manifest goes first: a build that fails leaves no manifest claiming old artifacts.
+    let _ = std::fs::remove_file(dir.join(MANIFEST));
+    let mut log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    use std::io::Write;
+    writeln!(log, "$ {}", show_command(&plan.configure))?;
+    run_logged(&plan.configure, &mut log, &log_path, "configure", None)?;
+    writeln!(log, "$ {}", show_command(&plan.build))?;
+    let pb = crate::progress::bar(0, &format!("building {}", plan.variant.name()));
+    run_logged(&plan.build, &mut log, &log_path, "build", Some(&pb))?;
+    pb.finish_and_clear();
+    let artifacts = collect_artifacts(&dir, &plan.targets)?;
+    let m = BuildManifest {
+        key: plan.key.clone(),
+        variant: plan.variant,
+        tree: plan.tree.clone(),
+        targets: plan.targets.clone(),
+        configure: plan.configure.clone(),
+        artifacts,
+        seconds: t.elapsed().as_secs_f64(),
+    };
+    fsx::write_atomic(&dir.join(MANIFEST), &serde_json::to_vec_pretty(&m)?)?;
+    Ok(Outcome {
+        up_to_date: false,
+        manifest: m,
+        log: log_path.display().to_string(),
+    })
+}
+
+/// Runs a command with its output going to the log; Ninja's `[n/m]` lines feed the bar.
+fn run_logged(
+    argv: &[String],
+    log: &mut std::fs::File,
+    log_path: &Path,
+    what: &str,
+    pb: Option<&indicatif::ProgressBar>,
+) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting `{}`", argv[0]))?;
+    // Merge stderr into the log on a thread.
+    let stderr = child.stderr.take().context("no stderr pipe")?;
+    let mut log2 = log.try_clone()?;
+    let err_thread = std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            let _ = writeln!(log2, "{line}");
+        }
+    });
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    let started = std::time::Instant::now();
+    let mut last_note = std::time::Instant::now();
+    for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+        writeln!(log, "{line}")?;
+        if let Some((n, m)) = ninja_progress(&line) {
+            if let Some(pb) = pb {
+                pb.set_length(m);
+                pb.set_position(n);
+                pb.set_message(
+                    line.split("] ")
+                        .nth(1)
+                        .unwrap_or("")
+                        .chars()
+                        .take(60)
+                        .collect::<String>(),
+                );
+            }
+            // Without a terminal, a plain line every 30 s says the build is alive.
+            if pb.is_some_and(|p| p.is_hidden()) && last_note.elapsed().as_secs() >= 30 {
+                eprintln!("build: [{n}/{m}] {:.0}s", started.elapsed().as_secs_f64());
+                last_note = std::time::Instant::now();
+            }
+        }
+    }
+    let status = child.wait()?;
+    let _ = err_thread.join();
+    if !status.success() {
+        let text = std::fs::read_to_string(log_path).unwrap_or_default();
+        let tail = last_error(&text);
+        bail!(
+            "{what} failed ({status}); full log: {}\n----\n{tail}\n----",
+            log_path.display()
+        );
+    }
+    Ok(())
+}
+
+fn ninja_progress(line: &str) -> Option<(u64, u64)> {
+    let inner = line.strip_prefix('[')?.split(']').next()?;
+    let (n, m) = inner.split_once('/')?;
+    Some((n.trim().parse().ok()?, m.trim().parse().ok()?))
+}
+
+/// The first compiler error and its surroundings, or the log's last lines.
+fn last_error(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    if let Some(i) = lines
+        .iter()
+        .position(|l| l.contains("error:") || l.contains("Error") || l.starts_with("FAILED:"))
+    {
+        let end = (i + 15).min(lines.len());
+        return lines[i.saturating_sub(2)..end].join("\n");
+    }
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ninja_lines() {
+        assert_eq!(
+            ninja_progress("[12/234] Building C object x.o"),
+            Some((12, 234))
+        );
+        assert_eq!(ninja_progress("ninja: no work to do."), None);
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(
+            show_command(&["a".into(), "-DX=tree 1, 2".into()]),
+            "a '-DX=tree 1, 2'"
+        );
+    }
+
+    fn applied() -> Applied {
+        Applied {
+            workdir: PathBuf::from("/w/llama.cpp"),
+            tree: "ab".repeat(20),
+            patches: 1,
+            release_number: Some(11312),
+            commit: "0c1e57098bba43ac29e6e3b677cdceebdd22334f".into(),
+        }
+    }
+
+    #[test]
+    fn key_depends_on_tree_variant_and_targets() {
+        let req = Request {
+            variant: Variant::Cpu,
+            targets: vec![],
+            jobs: None,
+            cuda_arch: None,
+            fa_quants: None,
+        };
+        let a = plan(Path::new("/p"), &applied(), &req).unwrap();
+        let mut other = applied();
+        other.tree = "cd".repeat(20);
+        let b = plan(Path::new("/p"), &other, &req).unwrap();
+        assert_ne!(a.key, b.key);
+        let c = plan(
+            Path::new("/p"),
+            &applied(),
+            &Request {
+                targets: vec!["llama-cli".into()],
+                ..req.clone()
+            },
+        )
+        .unwrap();
+        assert_ne!(a.key, c.key);
+        assert!(a.configure.contains(&"-DLLAMA_CURL=OFF".to_string()));
+        assert!(a
+            .configure
+            .contains(&"-DLLAMA_USE_PREBUILT_UI=OFF".to_string()));
+        let cuda = plan(
+            Path::new("/p"),
+            &applied(),
+            &Request {
+                variant: Variant::Cuda,
+                cuda_arch: Some("90".into()),
+                ..req.clone()
+            },
+        )
+        .unwrap();
+        for want in [
+            "-DGGML_CUDA=ON",
+            "-DGGML_BACKEND_DL=ON",
+            "-DBUILD_SHARED_LIBS=ON",
+            "-DCMAKE_CUDA_ARCHITECTURES=90",
+            "-DGGML_NATIVE=OFF",
+        ] {
+            assert!(cuda.configure.contains(&want.to_string()), "{want}");
+        }
+    }
+}
