@@ -299,7 +299,9 @@ pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
     }
     build.extend(targets.iter().cloned());
 
-    // The key: applied tree, variant, options (the ccache launcher aside), compilers, targets.
+    // The key: applied tree, variant, options (the ccache launcher aside),
+    // compilers. Targets are recorded beside it: building more targets does
+    // not make earlier artifacts stale.
     let mut h = Sha256::new();
     h.update(format!(
         "tree={}\nvariant={}\n",
@@ -313,9 +315,6 @@ pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
     }
     for c in &compilers {
         h.update(format!("compiler {c}\n"));
-    }
-    for t in &targets {
-        h.update(format!("target {t}\n"));
     }
     Ok(Plan {
         variant: req.variant,
@@ -461,7 +460,8 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
         );
     }
     if let Some(m) = load_manifest(&dir)? {
-        if m.key == plan.key && check_artifacts(&dir, &m)?.is_empty() {
+        let has_targets = plan.targets.iter().all(|t| m.targets.contains(t));
+        if m.key == plan.key && has_targets && check_artifacts(&dir, &m)?.is_empty() {
             return Ok(Outcome {
                 up_to_date: true,
                 manifest: m,
@@ -472,6 +472,7 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     let t = std::time::Instant::now();
     fsx::create_dir_all(&dir)?;
     // The manifest goes first: a build that fails leaves no manifest claiming old artifacts.
+    let previous = load_manifest(&dir).ok().flatten();
     let _ = std::fs::remove_file(dir.join(MANIFEST));
     let mut log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
@@ -482,12 +483,21 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     let pb = crate::progress::bar(0, &format!("building {}", plan.variant.name()));
     run_logged(&plan.build, &mut log, &log_path, "build", Some(&pb))?;
     pb.finish_and_clear();
-    let artifacts = collect_artifacts(&dir, &plan.targets)?;
+    // Targets built earlier with the same key stay part of the manifest.
+    let mut targets = plan.targets.clone();
+    if let Some(old) = previous.filter(|m| m.key == plan.key) {
+        for t in old.targets {
+            if !targets.contains(&t) {
+                targets.push(t);
+            }
+        }
+    }
+    let artifacts = collect_artifacts(&dir, &targets)?;
     let m = BuildManifest {
         key: plan.key.clone(),
         variant: plan.variant,
         tree: plan.tree.clone(),
-        targets: plan.targets.clone(),
+        targets,
         configure: plan.configure.clone(),
         artifacts,
         seconds: t.elapsed().as_secs_f64(),
@@ -613,7 +623,7 @@ mod tests {
     }
 
     #[test]
-    fn key_depends_on_tree_variant_and_targets() {
+    fn key_depends_on_tree_and_variant() {
         let req = Request {
             variant: Variant::Cpu,
             targets: vec![],
@@ -635,7 +645,8 @@ mod tests {
             },
         )
         .unwrap();
-        assert_ne!(a.key, c.key);
+        assert_eq!(a.key, c.key, "targets are recorded beside the key");
+        assert_eq!(c.build.last().map(String::as_str), Some("llama-cli"));
         assert!(a.configure.contains(&"-DLLAMA_CURL=OFF".to_string()));
         assert!(a
             .configure

@@ -138,6 +138,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Gates: checks in numbers that the fork does what it claims.
+    Gate {
+        #[command(subcommand)]
+        cmd: GateCmd,
+    },
     /// Test models: fetch them (pinned by sha256) or list them.
     Model {
         #[command(subcommand)]
@@ -150,6 +155,30 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum GateCmd {
+    /// List the gates in gates/.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run gates by name, or all of them.
+    Run {
+        names: Vec<String>,
+        #[arg(long)]
+        all: bool,
+        /// Treat a skipped gate as a failure (CI: everything must really run).
+        #[arg(long)]
+        require_all: bool,
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Markdown tables of the latest results in build/gates/ (for docs/ and closing notes).
+    Report,
 }
 
 #[derive(Subcommand, Debug)]
@@ -262,8 +291,165 @@ impl Project {
         })
     }
 
+    /// Runs one gate: prerequisites (artifacts verified against their
+    /// manifest, binaries, models), then its commands; writes its JSON.
+    fn run_gate(
+        &self,
+        spec: &crate::gate::Spec,
+        dir: &Path,
+    ) -> Result<crate::gate::report::GateResult> {
+        use crate::gate::report::Status;
+        let t = Instant::now();
+        let out_dir = self.root.join("build").join("gates");
+        crate::fsx::create_dir_all(&out_dir)?;
+        let result = self.gate_inner(spec, dir, &out_dir)?;
+        let mut result = result;
+        if result.status != Status::Skipped {
+            result.seconds = t.elapsed().as_secs_f64();
+        }
+        crate::fsx::write_atomic(
+            &out_dir.join(format!("{}.json", spec.name)),
+            &serde_json::to_vec_pretty(&result)?,
+        )?;
+        Ok(result)
+    }
+
+    fn gate_inner(
+        &self,
+        spec: &crate::gate::Spec,
+        dir: &Path,
+        out_dir: &Path,
+    ) -> Result<crate::gate::report::GateResult> {
+        use crate::gate::report::{GateResult, Status};
+        let applied = self.applied(dir, false)?;
+        let plan = crate::build::plan(
+            &self.root,
+            &applied,
+            &crate::build::Request {
+                variant: spec.variant,
+                targets: Vec::new(),
+                jobs: None,
+                cuda_arch: None,
+                fa_quants: None,
+            },
+        )?;
+        let build_dir = PathBuf::from(&plan.build_dir);
+        if crate::build::load_manifest(&build_dir)?.is_none() {
+            let why = match &plan.blocked {
+                Some(b) => format!(
+                    "the {} variant cannot be built here: {b}",
+                    spec.variant.name()
+                ),
+                None => format!(
+                    "the {} variant is not built (run `polykv-forge build --{}`)",
+                    spec.variant.name(),
+                    spec.variant.name()
+                ),
+            };
+            return Ok(GateResult::skipped(spec, why));
+        }
+        // Stale or foreign artifacts are refused, not skipped.
+        let manifest = match crate::build::check(&plan) {
+            Ok(m) => m,
+            Err(e) => {
+                let mut r = GateResult::skipped(spec, format!("{e:#}"));
+                r.status = Status::Failed;
+                return Ok(r);
+            }
+        };
+        for b in &spec.binaries {
+            if !build_dir.join("bin").join(b).is_file() {
+                return Ok(GateResult::skipped(
+                    spec,
+                    format!(
+                        "binary {b} is not in {} (add it with `build --target {b}`)",
+                        plan.build_dir
+                    ),
+                ));
+            }
+        }
+        let store = self.store()?;
+        let mut models = std::collections::BTreeMap::new();
+        for name in &spec.models {
+            let m = crate::model::find(&self.manifest.models, name)?;
+            match crate::model::cached(&store, m) {
+                Some(p) => {
+                    models.insert(name.clone(), p);
+                }
+                None => {
+                    return Ok(GateResult::skipped(
+                        spec,
+                        format!(
+                            "model {name} is not fetched (run `polykv-forge model fetch {name}`)"
+                        ),
+                    ))
+                }
+            }
+        }
+        let base = self.manifest.tree_oid()?;
+        let text = crate::gate::text::write_eval_text(&store.repo, base, out_dir)?;
+        let scratch = out_dir.join(&spec.name);
+        crate::fsx::create_dir_all(&scratch)?;
+        let ctx = crate::gate::engine::Ctx {
+            bin_dir: build_dir.join("bin"),
+            tree: manifest.tree.clone(),
+            models,
+            text,
+            scratch,
+        };
+        let mut rows = match spec.kind {
+            crate::gate::Kind::Command => crate::gate::engine::run_commands(spec, &ctx),
+            crate::gate::Kind::Needle => crate::gate::needle::run(spec, &ctx),
+        };
+        let ok = crate::gate::engine::finish(spec, &mut rows);
+        Ok(GateResult {
+            gate: spec.name.clone(),
+            description: spec.description.clone(),
+            status: if ok { Status::Passed } else { Status::Failed },
+            reason: None,
+            benchmark: spec.benchmark,
+            variant: spec.variant.name().to_string(),
+            seconds: 0.0,
+            artifact_key: Some(manifest.key.clone()),
+            tree: Some(manifest.tree.clone()),
+            columns: crate::gate::engine::columns(spec, &rows),
+            rows,
+        })
+    }
+
     fn default_workdir(&self) -> PathBuf {
         self.root.join("work").join("llama.cpp")
+    }
+}
+
+fn print_gate(r: &crate::gate::report::GateResult) {
+    use crate::gate::report::Status;
+    match r.status {
+        Status::Skipped => println!(
+            "gate {}: skipped: {}\n",
+            r.gate,
+            r.reason.as_deref().unwrap_or("")
+        ),
+        s => {
+            println!(
+                "gate {}: {} ({:.0}s){}",
+                r.gate,
+                if s == Status::Passed {
+                    "passed"
+                } else {
+                    "FAILED"
+                },
+                r.seconds,
+                r.reason
+                    .as_deref()
+                    .map(|x| format!(" — {x}"))
+                    .unwrap_or_default()
+            );
+            if !r.rows.is_empty() {
+                println!("{}", crate::gate::report::table(r));
+            }
+            println!();
+        }
     }
 }
 
@@ -598,7 +784,7 @@ fn run(cli: &Cli) -> Result<i32> {
                 Some(d) => crate::fsx::absolute(d)?,
                 None => project.default_workdir(),
             };
-            let applied = project.applied(&dir, !*dry_run)?;
+            let applied = project.applied(&dir, false)?;
             let plan = crate::build::plan(
                 &project.root,
                 &applied,
@@ -642,6 +828,15 @@ fn run(cli: &Cli) -> Result<i32> {
                 }
                 return Ok(0);
             }
+            if let Some(why) = &plan.blocked {
+                anyhow::bail!(
+                    "cannot build the {} variant on this machine: {why}\n  `polykv-forge build --{} --dry-run` prints the exact commands",
+                    variant.name(),
+                    variant.name()
+                );
+            }
+            // The workdir must hold exactly the chain the plan was made for.
+            project.applied(&dir, true)?;
             let t = Instant::now();
             let out = crate::build::run(&plan)?;
             if *json {
@@ -665,6 +860,123 @@ fn run(cli: &Cli) -> Result<i32> {
                 );
             }
             Ok(0)
+        }
+        Cmd::Gate { cmd } => {
+            let gates = crate::gate::load_all(&project.root.join("gates"))?;
+            match cmd {
+                GateCmd::List { json } => {
+                    #[derive(Serialize)]
+                    struct Row<'a> {
+                        name: &'a str,
+                        description: &'a str,
+                        variant: &'a str,
+                        models: &'a [String],
+                        benchmark: bool,
+                    }
+                    let rows: Vec<Row> = gates
+                        .iter()
+                        .map(|(_, g)| Row {
+                            name: &g.name,
+                            description: &g.description,
+                            variant: g.variant.name(),
+                            models: &g.models,
+                            benchmark: g.benchmark,
+                        })
+                        .collect();
+                    if *json {
+                        print_json(&rows)?;
+                    } else {
+                        for r in rows {
+                            println!(
+                                "{:<14} [{}{}] {}",
+                                r.name,
+                                r.variant,
+                                if r.benchmark { ", benchmark" } else { "" },
+                                r.description
+                            );
+                        }
+                    }
+                    Ok(0)
+                }
+                GateCmd::Report => {
+                    let dir = project.root.join("build").join("gates");
+                    let mut results = Vec::new();
+                    for (_, g) in &gates {
+                        let p = dir.join(format!("{}.json", g.name));
+                        if let Ok(bytes) = std::fs::read(&p) {
+                            results.push(
+                                serde_json::from_slice::<crate::gate::report::GateResult>(&bytes)
+                                    .with_context(|| format!("parsing {}", p.display()))?,
+                            );
+                        }
+                    }
+                    if results.is_empty() {
+                        anyhow::bail!(
+                            "no gate results in {}; run `polykv-forge gate run --all` first",
+                            dir.display()
+                        );
+                    }
+                    print!("{}", crate::gate::report::markdown(&results));
+                    Ok(0)
+                }
+                GateCmd::Run {
+                    names,
+                    all,
+                    require_all,
+                    workdir,
+                    json,
+                } => {
+                    if names.is_empty() && !*all {
+                        anyhow::bail!(
+                            "name the gates to run, or pass --all (see `polykv-forge gate list`)"
+                        );
+                    }
+                    let chosen: Vec<&crate::gate::Spec> = if *all {
+                        gates.iter().map(|(_, g)| g).collect()
+                    } else {
+                        names
+                            .iter()
+                            .map(|n| {
+                                gates.iter().map(|(_, g)| g).find(|g| &g.name == n).with_context(|| {
+                                    format!("no gate `{n}` in gates/ (see `polykv-forge gate list`)")
+                                })
+                            })
+                            .collect::<Result<_>>()?
+                    };
+                    let dir = match workdir {
+                        Some(d) => crate::fsx::absolute(d)?,
+                        None => project.default_workdir(),
+                    };
+                    let mut results = Vec::new();
+                    for spec in chosen {
+                        let r = project.run_gate(spec, &dir)?;
+                        if !*json {
+                            print_gate(&r);
+                        }
+                        results.push(r);
+                    }
+                    use crate::gate::report::Status;
+                    let failed = results
+                        .iter()
+                        .filter(|r| r.status == Status::Failed)
+                        .count();
+                    let skipped = results
+                        .iter()
+                        .filter(|r| r.status == Status::Skipped)
+                        .count();
+                    let passed = results.len() - failed - skipped;
+                    if *json {
+                        print_json(&results)?;
+                    } else {
+                        println!("gates: {passed} passed, {failed} failed, {skipped} skipped");
+                    }
+                    Ok(if failed > 0 || (*require_all && skipped > 0) {
+                        1
+                    } else {
+                        0
+                    })
+                }
+            }
         }
         Cmd::Model { cmd } => {
             let store = project.store()?;

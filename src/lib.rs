@@ -11,6 +11,7 @@ pub mod edit;
 pub mod error;
 pub mod failpoint;
 pub mod fsx;
+pub mod gate;
 pub mod manifest;
 pub mod model;
 pub mod paths;

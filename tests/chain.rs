@@ -20,7 +20,7 @@ fn vendor_hashes_the_tree_and_caches_it() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["tree"], fx.tree.as_str());
     assert_eq!(v["cached"], false);
-    assert_eq!(v["files"], 8);
+    assert_eq!(v["files"], 11);
     let out = fx.ok(&["vendor", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["cached"], true);

@@ -124,6 +124,18 @@ impl Fx {
         )
         .unwrap();
         std::os::unix::fs::symlink("src", upstream.join("link")).unwrap();
+        // A tiny CMake project, so `build` can run for real in tests.
+        std::fs::write(upstream.join("CMakeLists.txt"), CMAKE).unwrap();
+        std::fs::write(
+            upstream.join("src/lib.c"),
+            "int answer(void) { return 42; }\n",
+        )
+        .unwrap();
+        std::fs::write(
+            upstream.join("src/tool.c"),
+            "#include <stdio.h>\nint answer(void);\nint main(void) { printf(\"answer=%d\\n\", answer()); return 0; }\n",
+        )
+        .unwrap();
         let tree = git_tree_id(&upstream, &home);
         let fx = Fx {
             tmp,
@@ -254,6 +266,15 @@ impl Fx {
         v
     }
 }
+
+pub const CMAKE: &str = "cmake_minimum_required(VERSION 3.14)
+project(synthetic C)
+set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_library(ggml-cpu SHARED src/lib.c)
+add_executable(llama-completion src/tool.c)
+target_link_libraries(llama-completion ggml-cpu)
+";
 
 /// A patch that changes main.c line 10 (marker included).
 pub const MAIN_PATCH: &str = "Change main\n\ndiff --git a/src/main.c b/src/main.c\n--- a/src/main.c\n+++ b/src/main.c\n@@ -9,3 +9,3 @@\n main line 9\n-main line 10\n+main line 10 changed // polykv: 0001\n main line 11\n";

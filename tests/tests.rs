@@ -4,6 +4,7 @@
 mod harness;
 
 mod bad_input;
+mod build;
 mod chain;
 mod real;
 mod workdir;

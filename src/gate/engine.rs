@@ -1,0 +1,421 @@
+//! Running a gate: placeholders, commands with timeouts and logs, figures by
+//! regex, derived ratios, thresholds.
+
+use anyhow::{bail, Context, Result};
+use regex::Regex;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::report::{Check, Row};
+use super::{Config, Spec};
+
+/// What a gate run can refer to.
+pub struct Ctx {
+    pub bin_dir: PathBuf,
+    /// The applied tree the artifacts were built from.
+    pub tree: String,
+    /// Model name → path of the fetched file.
+    pub models: BTreeMap<String, PathBuf>,
+    pub text: PathBuf,
+    /// `build/gates/<name>/`: logs and scratch files.
+    pub scratch: PathBuf,
+}
+
+/// Values for placeholders.
+pub type Vars = BTreeMap<String, String>;
+
+pub fn param_vars(spec: &Spec) -> Vars {
+    spec.params
+        .iter()
+        .map(|(k, v)| {
+            let s = match v {
+                toml::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), s)
+        })
+        .collect()
+}
+
+/// Expands `{name}` and `{bin:NAME}` in one argument.
+pub fn expand(arg: &str, vars: &Vars, bin_dir: &Path) -> Result<String> {
+    let mut out = String::new();
+    let mut rest = arg;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let end = rest[start..]
+            .find('}')
+            .with_context(|| format!("unclosed `{{` in `{arg}`"))?
+            + start;
+        let key = &rest[start + 1..end];
+        if let Some(bin) = key.strip_prefix("bin:") {
+            out.push_str(&bin_dir.join(bin).display().to_string());
+        } else {
+            let v = vars
+                .get(key)
+                .with_context(|| format!("unknown placeholder `{{{key}}}` in `{arg}`"))?;
+            out.push_str(v);
+        }
+        rest = &rest[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Runs one command, appending its stdout and stderr to `log`, within `timeout`.
+pub fn run_command(argv: &[String], log: &Path, timeout: Duration) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    writeln!(f, "$ {}", crate::build::show_command(argv))?;
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(f.try_clone()?)
+        .stderr(f.try_clone()?)
+        .spawn()
+        .with_context(|| format!("starting {}", argv[0]))?;
+    let t = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if !status.success() {
+                bail!(
+                    "`{}` exited with {status}; log: {}",
+                    Path::new(&argv[0])
+                        .file_name()
+                        .and_then(|s| s.to_str())
+                        .unwrap_or(&argv[0]),
+                    log.display()
+                );
+            }
+            return Ok(());
+        }
+        if t.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "`{}` ran past the gate's timeout of {}s; log: {}",
+                argv[0],
+                timeout.as_secs(),
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Expands `{name}` in a figure's regex with the value, regex-escaped.
+fn expand_regex(re: &str, vars: &Vars) -> Result<String> {
+    let escaped: Vars = vars
+        .iter()
+        .map(|(k, v)| (k.clone(), regex::escape(v)))
+        .collect();
+    // Regex repetitions like `{2}` or `{1,3}` are left alone.
+    let mut out = String::new();
+    let mut rest = re;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let end = rest[start..].find('}').map(|e| e + start);
+        match end {
+            Some(end) if escaped.contains_key(&rest[start + 1..end]) => {
+                out.push_str(&escaped[&rest[start + 1..end]]);
+                rest = &rest[end + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = &rest[start + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Parses the figures from a command log.
+pub fn parse_figures(spec: &Spec, text: &str, vars: &Vars) -> Result<BTreeMap<String, f64>> {
+    let mut out = BTreeMap::new();
+    for f in &spec.figures {
+        let re = Regex::new(&expand_regex(&f.regex, vars)?)?;
+        let values: Vec<f64> = re
+            .captures_iter(text)
+            .filter_map(|c| c.get(1).and_then(|m| m.as_str().trim().parse::<f64>().ok()))
+            .collect();
+        let count = re.find_iter(text).count();
+        let v = match f.agg.as_str() {
+            "count" => Some(count as f64),
+            "sum" => (!values.is_empty()).then(|| values.iter().sum()),
+            "first" => values.first().copied(),
+            _ => values.last().copied(),
+        };
+        match v {
+            Some(v) => {
+                out.insert(f.name.clone(), v);
+            }
+            None => bail!(
+                "figure `{}` not found in the output (regex `{}`)",
+                f.name,
+                f.regex
+            ),
+        }
+    }
+    Ok(out)
+}
+
+fn safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Runs a `command` gate: setup per model, run per model × configuration.
+pub fn run_commands(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let timeout = Duration::from_secs(spec.timeout_s);
+    let configs: Vec<Config> = if spec.configs.is_empty() {
+        vec![Config {
+            name: "-".into(),
+            vars: BTreeMap::new(),
+            min: BTreeMap::new(),
+            max: BTreeMap::new(),
+        }]
+    } else {
+        spec.configs.clone()
+    };
+    let models: Vec<(String, Option<PathBuf>)> = if spec.models.is_empty() {
+        vec![("-".into(), None)]
+    } else {
+        spec.models
+            .iter()
+            .map(|m| (m.clone(), ctx.models.get(m).cloned()))
+            .collect()
+    };
+    for (model, path) in models {
+        let mut vars = param_vars(spec);
+        vars.insert("text".into(), ctx.text.display().to_string());
+        vars.insert("scratch".into(), ctx.scratch.display().to_string());
+        vars.insert("tree".into(), ctx.tree.clone());
+        vars.insert("model_name".into(), model.clone());
+        if let Some(p) = &path {
+            vars.insert("model".into(), p.display().to_string());
+        }
+        let setup_log = ctx.scratch.join(format!("{}-setup.log", safe(&model)));
+        let _ = std::fs::remove_file(&setup_log);
+        let mut setup_err = None;
+        for cmd in &spec.setup {
+            let argv: Result<Vec<String>> =
+                cmd.iter().map(|a| expand(a, &vars, &ctx.bin_dir)).collect();
+            if let Err(e) = argv.and_then(|argv| {
+                crate::progress::note(&format!("gate {}: {model}: setup", spec.name));
+                run_command(&argv, &setup_log, timeout)
+            }) {
+                setup_err = Some(format!("setup: {e:#}"));
+                break;
+            }
+        }
+        for c in &configs {
+            let t = Instant::now();
+            let mut row = Row {
+                model: model.clone(),
+                config: c.name.clone(),
+                ..Default::default()
+            };
+            if let Some(e) = &setup_err {
+                row.error = Some(e.clone());
+                rows.push(row);
+                continue;
+            }
+            let mut v = vars.clone();
+            v.extend(c.vars.clone());
+            v.insert("config".into(), c.name.clone());
+            let log = ctx
+                .scratch
+                .join(format!("{}-{}.log", safe(&model), safe(&c.name)));
+            let _ = std::fs::remove_file(&log);
+            crate::progress::note(&format!("gate {}: {model} {}", spec.name, c.name));
+            let mut err = None;
+            for cmd in &spec.run {
+                let argv: Result<Vec<String>> =
+                    cmd.iter().map(|a| expand(a, &v, &ctx.bin_dir)).collect();
+                if let Err(e) = argv.and_then(|argv| run_command(&argv, &log, timeout)) {
+                    err = Some(format!("{e:#}"));
+                    break;
+                }
+            }
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            match parse_figures(spec, &text, &v) {
+                Ok(f) => row.figures = f,
+                Err(e) if err.is_none() => err = Some(format!("{e:#}; log: {}", log.display())),
+                Err(_) => {}
+            }
+            row.error = err;
+            row.seconds = t.elapsed().as_secs_f64();
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+/// Adds derived figures and evaluates thresholds; returns whether all rows pass.
+pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
+    // Derived ratios against another configuration of the same model.
+    let snapshot: Vec<(String, String, BTreeMap<String, f64>)> = rows
+        .iter()
+        .map(|r| (r.model.clone(), r.config.clone(), r.figures.clone()))
+        .collect();
+    for r in rows.iter_mut() {
+        for d in &spec.derived {
+            let reference = match (&d.over, &d.per) {
+                (Some(over), _) => snapshot
+                    .iter()
+                    .find(|(m, c, _)| *m == r.model && c == over)
+                    .and_then(|(_, _, f)| f.get(&d.figure).copied()),
+                (None, Some(per)) => r.figures.get(per).copied(),
+                (None, None) => None,
+            };
+            if let (Some(v), Some(base)) = (r.figures.get(&d.figure).copied(), reference) {
+                if base != 0.0 {
+                    r.figures.insert(d.name.clone(), d.scale * v / base);
+                }
+            }
+        }
+    }
+    let mut all_ok = true;
+    for r in rows.iter_mut() {
+        let cfg = spec.configs.iter().find(|c| c.name == r.config);
+        let mut checks = Vec::new();
+        let mut add = |bounds: &BTreeMap<String, f64>, op: &str| {
+            for (fig, th) in bounds {
+                let value = r.figures.get(fig).copied();
+                let ok = match (value, op) {
+                    (Some(v), "min") => v >= *th,
+                    (Some(v), _) => v <= *th,
+                    (None, _) => false,
+                };
+                checks.push(Check {
+                    figure: fig.clone(),
+                    op: op.to_string(),
+                    threshold: *th,
+                    value,
+                    ok,
+                });
+            }
+        };
+        add(&spec.min, "min");
+        add(&spec.max, "max");
+        if let Some(c) = cfg {
+            add(&c.min, "min");
+            add(&c.max, "max");
+        }
+        r.checks = checks;
+        r.ok = r.error.is_none() && r.checks.iter().all(|c| c.ok);
+        all_ok &= r.ok;
+    }
+    all_ok
+}
+
+/// Figure names in display order: parsed, then derived, then any others.
+pub fn columns(spec: &Spec, rows: &[Row]) -> Vec<String> {
+    let mut cols: Vec<String> = spec.figures.iter().map(|f| f.name.clone()).collect();
+    cols.extend(spec.derived.iter().map(|d| d.name.clone()));
+    for r in rows {
+        for k in r.figures.keys() {
+            if !cols.contains(k) {
+                cols.push(k.clone());
+            }
+        }
+    }
+    cols
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regex_placeholders_are_escaped() {
+        let mut v = Vars::new();
+        v.insert("tree".into(), "a.b".into());
+        assert_eq!(
+            expand_regex("tree {tree}, x{2}", &v).unwrap(),
+            "tree a\\.b, x{2}"
+        );
+    }
+
+    #[test]
+    fn placeholders() {
+        let mut v = Vars::new();
+        v.insert("k".into(), "q8_0".into());
+        let bin = Path::new("/b/bin");
+        assert_eq!(
+            expand("{bin:llama-cli}", &v, bin).unwrap(),
+            "/b/bin/llama-cli"
+        );
+        assert_eq!(expand("-ctk={k}", &v, bin).unwrap(), "-ctk=q8_0");
+        assert!(expand("{nope}", &v, bin).is_err());
+        assert!(expand("{k", &v, bin).is_err());
+    }
+
+    fn spec(toml_text: &str) -> Spec {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn figures_derived_and_thresholds() {
+        let s = spec(
+            r#"
+name = "t"
+description = "d"
+[[figures]]
+name = "kld"
+regex = 'Mean\s+KLD:\s+([0-9.]+)'
+[[figures]]
+name = "ok_lines"
+regex = 'OK'
+agg = "count"
+[[derived]]
+name = "ratio"
+figure = "kld"
+over = "base"
+[[configs]]
+name = "base"
+[[configs]]
+name = "q"
+max = { kld = 0.05 }
+"#,
+        );
+        let v = Vars::new();
+        let f = parse_figures(&s, "x\nMean    KLD:   0.040000 ± 0.1\nOK OK\n", &v).unwrap();
+        assert_eq!(f["kld"], 0.04);
+        assert_eq!(f["ok_lines"], 2.0);
+        assert!(parse_figures(&s, "nothing", &v).is_err());
+        let mut rows = vec![
+            Row {
+                model: "m".into(),
+                config: "base".into(),
+                figures: [("kld".to_string(), 0.02)].into(),
+                ..Default::default()
+            },
+            Row {
+                model: "m".into(),
+                config: "q".into(),
+                figures: [("kld".to_string(), 0.06)].into(),
+                ..Default::default()
+            },
+        ];
+        assert!(!finish(&s, &mut rows));
+        assert!(rows[0].ok);
+        assert!(!rows[1].ok);
+        assert_eq!(rows[1].figures["ratio"], 3.0);
+    }
+}

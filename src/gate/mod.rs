@@ -1,0 +1,191 @@
+//! Gates: files in `gates/` (TOML) that say what they need (variant,
+//! binaries, models), the commands they run, how figures are parsed from the
+//! output, and the thresholds. The runner checks prerequisites, runs, prints a
+//! table and writes `build/gates/<name>.json`. A gate that cannot run is
+//! "skipped: why", never "passed".
+
+pub mod engine;
+pub mod http;
+pub mod needle;
+pub mod report;
+pub mod text;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::build::Variant;
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Commands per model (setup) and per model × configuration (run), figures by regex.
+    #[default]
+    Command,
+    /// Passcode retrieval through llama-server's completion endpoint.
+    Needle,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    pub name: String,
+    pub description: String,
+    #[serde(default)]
+    pub kind: Kind,
+    #[serde(default = "default_variant")]
+    pub variant: Variant,
+    #[serde(default)]
+    pub binaries: Vec<String>,
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// Values for `{name}` placeholders.
+    #[serde(default)]
+    pub params: BTreeMap<String, toml::Value>,
+    /// Commands run once per model before its configurations.
+    #[serde(default)]
+    pub setup: Vec<Vec<String>>,
+    /// Commands run per model × configuration; their output is parsed.
+    #[serde(default)]
+    pub run: Vec<Vec<String>>,
+    #[serde(default)]
+    pub figures: Vec<Figure>,
+    #[serde(default)]
+    pub derived: Vec<Derived>,
+    #[serde(default)]
+    pub configs: Vec<Config>,
+    /// Thresholds applied to every row.
+    #[serde(default)]
+    pub min: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub max: BTreeMap<String, f64>,
+    /// Seconds one command may run.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: u64,
+    /// A benchmark: figures are recorded, thresholds are loose.
+    #[serde(default)]
+    pub benchmark: bool,
+}
+
+fn default_variant() -> Variant {
+    Variant::Cpu
+}
+
+fn default_timeout() -> u64 {
+    900
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Figure {
+    pub name: String,
+    /// A regex with one capture group holding the number.
+    pub regex: String,
+    /// `last` (default), `first`, `sum` or `count` (number of matches).
+    #[serde(default = "default_agg")]
+    pub agg: String,
+}
+
+fn default_agg() -> String {
+    "last".into()
+}
+
+/// `figure` of a row divided by the same figure in the row of configuration
+/// `over` (same model), or by figure `per` of the same row; times `scale`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Derived {
+    pub name: String,
+    pub figure: String,
+    #[serde(default)]
+    pub over: Option<String>,
+    #[serde(default)]
+    pub per: Option<String>,
+    #[serde(default = "one")]
+    pub scale: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub name: String,
+    #[serde(default)]
+    pub vars: BTreeMap<String, String>,
+    #[serde(default)]
+    pub min: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub max: BTreeMap<String, f64>,
+}
+
+impl Spec {
+    pub fn load(path: &Path) -> Result<Spec> {
+        let text = crate::fsx::read_to_string(path)?;
+        let spec: Spec =
+            toml::from_str(&text).with_context(|| format!("parsing gate {}", path.display()))?;
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+        if spec.name != stem {
+            bail!(
+                "{}: the gate's name `{}` must match its file name",
+                path.display(),
+                spec.name
+            );
+        }
+        if spec.run.is_empty() {
+            bail!(
+                "{}: the gate has no `run` commands (in TOML, `run = [...]` must come before the first [table])",
+                path.display()
+            );
+        }
+        let placeholder = regex::Regex::new(r"\{[A-Za-z_][A-Za-z0-9_:]*\}")?;
+        for f in &spec.figures {
+            regex::Regex::new(&placeholder.replace_all(&f.regex, "x"))
+                .with_context(|| format!("{}: figure {}: bad regex", path.display(), f.name))?;
+            if !["last", "first", "sum", "count"].contains(&f.agg.as_str()) {
+                bail!(
+                    "{}: figure {}: agg must be last, first, sum or count",
+                    path.display(),
+                    f.name
+                );
+            }
+        }
+        for d in &spec.derived {
+            match (&d.over, &d.per) {
+                (Some(over), None) => {
+                    if !spec.configs.iter().any(|c| &c.name == over) {
+                        bail!(
+                            "{}: derived {} divides by configuration `{over}`, which the gate does not list",
+                            path.display(),
+                            d.name
+                        );
+                    }
+                }
+                (None, Some(_)) => {}
+                _ => bail!(
+                    "{}: derived {} needs exactly one of `over` (a configuration) or `per` (a figure)",
+                    path.display(),
+                    d.name
+                ),
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// Every gate in `dir`, sorted by name.
+pub fn load_all(dir: &Path) -> Result<Vec<(PathBuf, Spec)>> {
+    let mut out = Vec::new();
+    let rd = std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
+    for e in rd {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            out.push((p.clone(), Spec::load(&p)?));
+        }
+    }
+    out.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+    Ok(out)
+}

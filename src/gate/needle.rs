@@ -1,0 +1,243 @@
+//! The needle gate: a passcode hidden at several depths of haystacks of
+//! several lengths (in tokens) cut from the evaluation text, asked for at the
+//! end through llama-server's `/completion` endpoint, greedy. Recall per
+//! KV configuration.
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::engine::{expand, param_vars, Ctx};
+use super::http;
+use super::report::Row;
+use super::Spec;
+
+/// Kills the server when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn param_f64s(spec: &Spec, key: &str, default: &[f64]) -> Vec<f64> {
+    match spec.params.get(key) {
+        Some(toml::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))
+            .collect(),
+        _ => default.to_vec(),
+    }
+}
+
+fn start(argv: &[String], port: u16, log: &Path) -> Result<Server> {
+    let f = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(f.try_clone()?)
+        .stderr(f)
+        .spawn()
+        .with_context(|| format!("starting {}", argv[0]))?;
+    let mut server = Server { child, port };
+    let t = Instant::now();
+    loop {
+        if let Some(status) = server.child.try_wait()? {
+            bail!(
+                "llama-server exited during start-up ({status}); log: {}",
+                log.display()
+            );
+        }
+        if let Ok((200, _)) = http::request(port, "GET", "/health", None, Duration::from_secs(5)) {
+            return Ok(server);
+        }
+        if t.elapsed() > Duration::from_secs(180) {
+            bail!(
+                "llama-server did not become healthy in 180 s; log: {}",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn post(server: &Server, path: &str, body: &serde_json::Value) -> Result<serde_json::Value> {
+    let (status, text) = http::request(
+        server.port,
+        "POST",
+        path,
+        Some(&body.to_string()),
+        Duration::from_secs(900),
+    )?;
+    if status != 200 {
+        bail!(
+            "{path} answered {status}: {}",
+            text.chars().take(300).collect::<String>()
+        );
+    }
+    serde_json::from_str(&text).with_context(|| format!("parsing the reply of {path}"))
+}
+
+fn count_tokens(server: &Server, text: &str) -> Result<usize> {
+    let v = post(server, "/tokenize", &json!({ "content": text }))?;
+    Ok(v["tokens"].as_array().map(|a| a.len()).unwrap_or(0))
+}
+
+/// A deterministic 5-digit code per case.
+fn code(len: usize, depth: f64) -> u32 {
+    let mut x = (len as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((depth * 1000.0) as u64);
+    x ^= x >> 29;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    10_000 + (x % 90_000) as u32
+}
+
+const QUESTION: &str = "\n\nQuestion: What is the secret passcode mentioned in the text above?\nAnswer: The secret passcode is";
+
+/// Builds a prompt of about `tokens` tokens with the needle at `depth` (0..1).
+fn haystack(text: &str, chars_per_token: f64, tokens: usize, depth: f64, code: u32) -> String {
+    let want = (tokens as f64 * chars_per_token) as usize;
+    let mut hay: String = text.chars().take(want).collect();
+    // Cut at a line end so the needle sits between lines.
+    let at = ((hay.len() as f64) * depth) as usize;
+    let mut at = hay[..at.min(hay.len())]
+        .rfind('\n')
+        .map(|p| p + 1)
+        .unwrap_or(0);
+    while !hay.is_char_boundary(at) {
+        at -= 1;
+    }
+    let needle = format!("\nThe secret passcode is {code}. Remember it: the passcode is {code}.\n");
+    hay.insert_str(at, &needle);
+    hay.push_str(QUESTION);
+    hay
+}
+
+pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+    let lengths: Vec<usize> = param_f64s(spec, "lengths", &[1500.0, 6000.0])
+        .into_iter()
+        .map(|v| v as usize)
+        .collect();
+    let depths = param_f64s(spec, "depths", &[0.1, 0.5, 0.9]);
+    let text = std::fs::read_to_string(&ctx.text).unwrap_or_default();
+    let mut rows = Vec::new();
+    for model in &spec.models {
+        for c in &spec.configs {
+            let t = Instant::now();
+            let mut row = Row {
+                model: model.clone(),
+                config: c.name.clone(),
+                ..Default::default()
+            };
+            crate::progress::note(&format!("gate {}: {model} {}", spec.name, c.name));
+            match one(spec, ctx, model, c, &text, &lengths, &depths) {
+                Ok(figs) => row.figures = figs,
+                Err(e) => row.error = Some(format!("{e:#}")),
+            }
+            row.seconds = t.elapsed().as_secs_f64();
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+fn one(
+    spec: &Spec,
+    ctx: &Ctx,
+    model: &str,
+    c: &super::Config,
+    text: &str,
+    lengths: &[usize],
+    depths: &[f64],
+) -> Result<std::collections::BTreeMap<String, f64>> {
+    let path: &PathBuf = ctx
+        .models
+        .get(model)
+        .with_context(|| format!("model {model} is not available"))?;
+    let port = http::free_port()?;
+    let mut vars = param_vars(spec);
+    vars.extend(c.vars.clone());
+    vars.insert("model".into(), path.display().to_string());
+    vars.insert("port".into(), port.to_string());
+    let server_cmd = spec
+        .run
+        .first()
+        .context("a needle gate needs the server command as its first `run` entry")?;
+    let argv: Vec<String> = server_cmd
+        .iter()
+        .map(|a| expand(a, &vars, &ctx.bin_dir))
+        .collect::<Result<_>>()?;
+    let log = ctx.scratch.join(format!("{model}-{}-server.log", c.name));
+    let server = start(&argv, port, &log)?;
+    // Characters per token of this text for this model, measured.
+    let sample: String = text.chars().take(20_000).collect();
+    let n = count_tokens(&server, &sample)?.max(1);
+    let cpt = sample.chars().count() as f64 / n as f64;
+    let mut figs = std::collections::BTreeMap::new();
+    let mut found_all = 0usize;
+    let mut total = 0usize;
+    let mut cases = Vec::new();
+    for &len in lengths {
+        let mut found = 0usize;
+        for &d in depths {
+            let code = code(len, d);
+            let prompt = haystack(text, cpt, len, d, code);
+            let v = post(
+                &server,
+                "/completion",
+                &json!({
+                    "prompt": prompt,
+                    "n_predict": 12,
+                    "temperature": 0.0,
+                    "top_k": 1,
+                    // Haystacks of one length share the text before the needle; reusing
+                    // those cells is the same computation, only faster.
+                    "cache_prompt": true,
+                }),
+            )?;
+            let answer = v["content"].as_str().unwrap_or("").to_string();
+            let hit = answer.contains(&code.to_string());
+            found += hit as usize;
+            let n_prompt = v["tokens_evaluated"].as_u64().unwrap_or(0);
+            let n_new = v["timings"]["prompt_n"].as_u64().unwrap_or(0);
+            cases.push(format!(
+                "len {len} depth {d}: prompt {n_prompt} tokens ({n_new} not cached), code {code}, answer {:?} → {}",
+                answer.trim(),
+                if hit { "found" } else { "missed" }
+            ));
+        }
+        figs.insert(format!("recall_{len}"), found as f64 / depths.len() as f64);
+        found_all += found;
+        total += depths.len();
+    }
+    figs.insert("recall".into(), found_all as f64 / total.max(1) as f64);
+    std::fs::write(
+        ctx.scratch.join(format!("{model}-{}-cases.txt", c.name)),
+        cases.join("\n") + "\n",
+    )
+    .ok();
+    drop(server);
+    Ok(figs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn haystacks_hold_the_needle_and_end_with_the_question() {
+        let text = "line one\nline two\nline three\nline four\n".repeat(100);
+        let h = haystack(&text, 4.0, 100, 0.5, 12345);
+        assert!(h.contains("The secret passcode is 12345."));
+        assert!(h.ends_with(QUESTION));
+        let pos = h.find("12345").unwrap() as f64 / h.len() as f64;
+        assert!((0.3..0.7).contains(&pos), "{pos}");
+        assert_ne!(code(1500, 0.1), code(1500, 0.5));
+    }
+}

@@ -1,0 +1,160 @@
+//! `build` and `gate` on the synthetic upstream's tiny CMake project: the
+//! manifest, the no-op rebuild, tampered and stale artifacts refused by
+//! `build --check` and by `gate run`, skipped gates.
+
+use crate::harness::*;
+
+fn have(tool: &str) -> bool {
+    std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+const GATE: &str = r#"
+name = "answer"
+description = "the synthetic tool prints the answer"
+binaries = ["llama-completion"]
+run = [["{bin:llama-completion}"]]
+
+[[figures]]
+name = "answer"
+regex = 'answer=([0-9]+)'
+
+[min]
+answer = 42
+
+[max]
+answer = 42
+"#;
+
+const NEEDS_MODEL: &str = r#"
+name = "needs-model"
+description = "a gate whose model is not fetched"
+models = ["absent"]
+run = [["true"]]
+"#;
+
+#[test]
+fn build_manifest_check_tamper_and_gates() {
+    if !have("cmake") || !have("ninja") {
+        eprintln!("skipped: cmake and ninja are needed (ci/prereqs installs them)");
+        return;
+    }
+    let fx = Fx::new();
+    std::fs::create_dir_all(fx.root.join("gates")).unwrap();
+    std::fs::write(fx.root.join("gates/answer.toml"), GATE).unwrap();
+    std::fs::write(fx.root.join("gates/needs-model.toml"), NEEDS_MODEL).unwrap();
+    let manifest = fx.root.join("vendor-manifest.toml");
+    let mut m = std::fs::read_to_string(&manifest).unwrap();
+    m.push_str(
+        "\n[[models]]\nname = \"absent\"\nfile = \"absent.gguf\"\nsha256 = \"00\"\nparts = []\n",
+    );
+    std::fs::write(&manifest, m).unwrap();
+
+    // Nothing built yet: the gate is skipped, and --require-all makes that a failure.
+    let out = fx.fails(&["gate", "run", "answer"], 0);
+    assert!(
+        out.contains("skipped: the cpu variant is not built"),
+        "{out}"
+    );
+    fx.fails(&["gate", "run", "answer", "--require-all"], 1);
+
+    // A build needs an applied workdir.
+    let out = fx.fails(&["build", "--target", "llama-completion"], 2);
+    assert!(out.contains("run `polykv-forge apply` first"), "{out}");
+    fx.ok(&["apply"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["build", "--target", "llama-completion", "--json"])).unwrap();
+    assert_eq!(v["up_to_date"], false);
+    let arts: Vec<String> = v["manifest"]["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(arts, vec!["bin/libggml-cpu.so", "bin/llama-completion"]);
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["build", "--target", "llama-completion", "--json"])).unwrap();
+    assert_eq!(v["up_to_date"], true, "same key, artifacts intact: a no-op");
+    fx.ok(&["build", "--check", "--target", "llama-completion"]);
+    let out = fx.ok(&["gate", "run", "answer", "needs-model"]);
+    assert!(out.contains("gate answer: passed"), "{out}");
+    assert!(
+        out.contains("skipped: model absent is not fetched"),
+        "{out}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fx.root.join("build/gates/answer.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["status"], "passed");
+    assert_eq!(json["rows"][0]["figures"]["answer"], 42.0);
+
+    // One byte changed in libggml-cpu.so: refused by build --check and by gate run.
+    let lib = fx.root.join("build/cpu/bin/libggml-cpu.so");
+    let good = std::fs::read(&lib).unwrap();
+    let mut bad = good.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x01;
+    std::fs::write(&lib, &bad).unwrap();
+    let out = fx.fails(&["build", "--check"], 1);
+    assert!(
+        out.contains("bin/libggml-cpu.so: sha256") && out.contains("stale or foreign"),
+        "{out}"
+    );
+    let out = fx.fails(&["gate", "run", "answer"], 1);
+    assert!(
+        out.contains("gate answer: FAILED") && out.contains("libggml-cpu.so"),
+        "{out}"
+    );
+    std::fs::write(&lib, &good).unwrap();
+    fx.ok(&["build", "--check"]);
+
+    // A new patch: the build no longer matches the chain.
+    fx.commit_patch("Change the answer", |s| {
+        std::fs::write(
+            s.join("src/lib.c"),
+            "int answer(void) { return 43; } // polykv: 0001\n",
+        )
+        .unwrap();
+    });
+    fx.ok(&["apply"]);
+    let out = fx.fails(&["build", "--check"], 1);
+    assert!(out.contains("the build is stale"), "{out}");
+    fx.fails(&["gate", "run", "answer"], 1);
+    fx.ok(&["build", "--target", "llama-completion"]);
+    let out = fx.fails(&["gate", "run", "answer"], 1);
+    assert!(out.contains("FAIL (answer 43 > 42)"), "{out}");
+}
+
+#[test]
+fn dry_runs_print_complete_commands_on_any_machine() {
+    let fx = Fx::new();
+    let out = fx.ok(&["build", "--cuda", "--dry-run", "--cuda-arch", "90"]);
+    for want in [
+        "cmake -S",
+        "-DGGML_CUDA=ON",
+        "-DGGML_BACKEND_DL=ON",
+        "-DBUILD_SHARED_LIBS=ON",
+        "-DCMAKE_CUDA_ARCHITECTURES=90",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "ninja -C",
+        "cache key",
+    ] {
+        assert!(out.contains(want), "{want} missing in:\n{out}");
+    }
+    let out = fx.ok(&["build", "--metal", "--dry-run"]);
+    assert!(
+        out.contains("-DGGML_METAL=ON") && out.contains("-DGGML_METAL_EMBED_LIBRARY=ON"),
+        "{out}"
+    );
+    if !cfg!(target_os = "macos") {
+        assert!(out.contains("only on macOS"), "{out}");
+        let err = fx.fails(&["build", "--metal"], 2);
+        assert!(
+            err.contains("cannot build the metal variant on this machine"),
+            "{err}"
+        );
+    }
+}
