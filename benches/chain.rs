@@ -165,23 +165,26 @@ fn main() {
         &pristine,
         &["checkout", "-q", "refs/remotes/origin/polykv~10"],
     ));
-    let mut m = 0;
-    let git_apply = time(3, || {
-        m += 1;
-        let dir = tmp.path().join(format!("g{m}"));
-        run(Command::new("cp").arg("-a").arg(&pristine).arg(&dir));
-        for p in &patches {
-            run(git(&dir, &["apply", "--whitespace=nowarn"]).arg(p));
-        }
-    });
-    // The copy is part of each git run above; time it alone and take it out.
-    let mut c = 0;
-    let copy = time(3, || {
-        c += 1;
-        let dir = tmp.path().join(format!("c{c}"));
-        run(Command::new("cp").arg("-a").arg(&pristine).arg(&dir));
-    });
-    let git_apply = (git_apply - copy).max(1e-3);
+    // Copies are made before the clock starts; only the git apply calls are timed.
+    let copies: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let dir = tmp.path().join(format!("g{i}"));
+            run(Command::new("cp").arg("-a").arg(&pristine).arg(&dir));
+            dir
+        })
+        .collect();
+    let git_apply = median(
+        copies
+            .iter()
+            .map(|dir| {
+                let t = Instant::now();
+                for p in &patches {
+                    run(git(dir, &["apply", "--whitespace=nowarn"]).arg(p));
+                }
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
 
     println!("| measure | seconds | vs `git apply` |");
     println!("|---|---|---|");

@@ -478,10 +478,20 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
         .with_context(|| format!("creating {}", log_path.display()))?;
     use std::io::Write;
     writeln!(log, "$ {}", show_command(&plan.configure))?;
-    run_logged(&plan.configure, &mut log, &log_path, "configure", None)?;
+    let base = Path::new(&plan.build_dir).parent().and_then(Path::parent);
+    run_logged(
+        &plan.configure,
+        base,
+        &mut log,
+        &log_path,
+        "configure",
+        None,
+    )?;
+    // ccache: paths under the project are hashed relative to it, so another
+    // checkout of the same tree (CI's fresh clone) hits the same cache.
     writeln!(log, "$ {}", show_command(&plan.build))?;
     let pb = crate::progress::bar(0, &format!("building {}", plan.variant.name()));
-    run_logged(&plan.build, &mut log, &log_path, "build", Some(&pb))?;
+    run_logged(&plan.build, base, &mut log, &log_path, "build", Some(&pb))?;
     pb.finish_and_clear();
     // Targets built earlier with the same key stay part of the manifest.
     let mut targets = plan.targets.clone();
@@ -513,17 +523,25 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
 /// Runs a command with its output going to the log; Ninja's `[n/m]` lines feed the bar.
 fn run_logged(
     argv: &[String],
+    ccache_base: Option<&Path>,
     log: &mut std::fs::File,
     log_path: &Path,
     what: &str,
     pb: Option<&indicatif::ProgressBar>,
 ) -> Result<()> {
     use std::io::Write;
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(root) = ccache_base {
+        if std::env::var_os("CCACHE_BASEDIR").is_none() {
+            cmd.env("CCACHE_BASEDIR", root);
+        }
+        cmd.env("CCACHE_NOHASHDIR", "true");
+    }
+    let mut child = cmd
         .spawn()
         .with_context(|| format!("starting `{}`", argv[0]))?;
     // Merge stderr into the log on a thread.

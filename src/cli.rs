@@ -99,6 +99,10 @@ enum Cmd {
         /// The stack (default: work/edit in the project).
         #[arg(long)]
         from: Option<PathBuf>,
+        /// Export against this new pin (a TOML file with an [upstream] table, e.g. after
+        /// `rebase --write-conflicts`); vendor-manifest.toml's pin is updated with the patches.
+        #[arg(long, value_name = "PIN_FILE")]
+        pin: Option<PathBuf>,
         /// Report what would change; write nothing.
         #[arg(long)]
         dry_run: bool,
@@ -147,6 +151,28 @@ enum Cmd {
     Model {
         #[command(subcommand)]
         cmd: ModelCmd,
+    },
+    /// Move the whole chain onto a new upstream pin, with a report per patch.
+    Rebase {
+        /// The new pin: a TOML file with an [upstream] table in vendor-manifest.toml's form.
+        #[arg(long, value_name = "PIN_FILE")]
+        to: PathBuf,
+        /// Source override for the new pin (directory or archive, PATH[#subdir]).
+        #[arg(long)]
+        to_source: Option<String>,
+        /// Drop patches whose every change is already upstream.
+        #[arg(long)]
+        drop_upstreamed: bool,
+        /// Materialize the rebased stack, conflicts marked, as a git stack in DIR.
+        #[arg(long, value_name = "DIR")]
+        write_conflicts: Option<PathBuf>,
+        /// Report only; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        src: SourceArgs,
+        #[arg(long)]
+        json: bool,
     },
     /// Show the pin, its source, the chain and the workdir's state.
     Status {
@@ -217,6 +243,7 @@ impl Project {
             Some(p) => crate::fsx::absolute(p)?,
             None => find_root()?,
         };
+        edit::finish_pending(&root)?;
         let manifest = Manifest::load(&root.join(crate::manifest::FILE_NAME))?;
         Ok(Project {
             patches_dir: root.join("patches"),
@@ -224,6 +251,13 @@ impl Project {
             manifest,
             cache: cli.cache.clone(),
         })
+    }
+
+    /// Reads a pin file (vendor-manifest.toml's form); returns it and its text.
+    fn pin_manifest(&self, path: &Path) -> Result<(Manifest, String)> {
+        let path = crate::fsx::absolute(path)?;
+        let text = crate::fsx::read_to_string(&path)?;
+        Ok((Manifest::load(&path)?, text))
     }
 
     fn store(&self) -> Result<Store> {
@@ -420,6 +454,77 @@ impl Project {
     fn default_workdir(&self) -> PathBuf {
         self.root.join("work").join("llama.cpp")
     }
+}
+
+fn print_rebase(r: &crate::rebase::Report) {
+    println!(
+        "rebase: {} → {} (commit {})",
+        short(&r.from_tree),
+        short(&r.to_tree),
+        short(&r.to_commit)
+    );
+    println!("| patch | outcome | files | drift |");
+    println!("|---|---|---|---|");
+    for p in &r.patches {
+        let files: Vec<String> = p
+            .files
+            .iter()
+            .map(|f| format!("{} {}", f.path, f.result))
+            .collect();
+        println!(
+            "| {} | {}{} | {} | {} |",
+            p.patch,
+            p.outcome,
+            p.after_conflict
+                .as_deref()
+                .map(|c| format!(" (after the conflict in {c})"))
+                .unwrap_or_default(),
+            files.join("; "),
+            if p.drift.is_empty() {
+                "-".to_string()
+            } else {
+                p.drift.join("; ")
+            }
+        );
+    }
+    for p in &r.patches {
+        for f in &p.files {
+            if let Some(d) = &f.detail {
+                println!("  {}: {}: {d}", p.patch, f.path);
+            }
+            for (i, c) in f.conflicts.iter().enumerate() {
+                println!("  {}: {}: conflict {}:", p.patch, f.path, i + 1);
+                println!(
+                    "    upstream:\n      {}",
+                    c.upstream.replace('\n', "\n      ")
+                );
+                println!("    patch:\n      {}", c.patch.replace('\n', "\n      "));
+            }
+        }
+        for m in &p.markers_vanished {
+            println!("  {m}");
+        }
+    }
+    for c in &r.checks {
+        println!("  check: {c}");
+    }
+    for d in &r.dropped {
+        println!("  dropped (already upstream): {d}");
+    }
+    let undecided = r.patches.iter().any(|p| {
+        p.outcome == crate::rebase::Outcome::AlreadyUpstream && !r.dropped.contains(&p.patch)
+    });
+    if undecided {
+        println!("  some patches are already upstream: rerun with --drop-upstreamed to drop them");
+    }
+    println!(
+        "rebase: {}",
+        match (r.ok, r.written) {
+            (true, true) => "ok — vendor-manifest.toml, patches/ and patches.lock updated together",
+            (true, false) => "ok (dry run: nothing written)",
+            (false, _) => "not done — nothing written (see above)",
+        }
+    );
 }
 
 fn print_gate(r: &crate::gate::report::GateResult) {
@@ -724,17 +829,39 @@ fn run(cli: &Cli) -> Result<i32> {
         }
         Cmd::Export {
             from,
+            pin,
             dry_run,
             src,
             json,
         } => {
             let store = project.store()?;
-            let (base, _) = project.base(&store, src, false)?;
+            let (base, new_manifest) = match pin {
+                None => (project.base(&store, src, false)?.0, None),
+                Some(pin) => {
+                    let (m, text) = project.pin_manifest(pin)?;
+                    let b = source::ensure_base(
+                        &store,
+                        &m,
+                        &source::Request {
+                            override_source: src.source.clone(),
+                            refresh: false,
+                        },
+                    )?;
+                    (git2::Oid::from_str(&b.tree)?, Some(text))
+                }
+            };
             let from = match from {
                 Some(d) => crate::fsx::absolute(d)?,
                 None => project.root.join("work").join("edit"),
             };
-            let r = edit::export(&store.repo, base, &from, &project.patches_dir, *dry_run)?;
+            let r = edit::export(
+                &store.repo,
+                base,
+                &from,
+                &project.patches_dir,
+                *dry_run,
+                new_manifest.as_deref(),
+            )?;
             if *json {
                 print_json(&r)?;
             } else {
@@ -1028,6 +1155,100 @@ fn run(cli: &Cli) -> Result<i32> {
                 }
             }
             Ok(0)
+        }
+        Cmd::Rebase {
+            to,
+            to_source,
+            drop_upstreamed,
+            write_conflicts,
+            dry_run,
+            src,
+            json,
+        } => {
+            let store = project.store()?;
+            let (old_base, _) = project.base(&store, src, false)?;
+            let (new_m, pin_text) = project.pin_manifest(to)?;
+            let nb = source::ensure_base(
+                &store,
+                &new_m,
+                &source::Request {
+                    override_source: to_source.clone(),
+                    refresh: false,
+                },
+            )?;
+            let new_base = git2::Oid::from_str(&nb.tree)?;
+            let series = project.series()?;
+            let (mut report, rebased) = crate::rebase::plan(
+                &store.repo,
+                old_base,
+                new_base,
+                &new_m.upstream.commit,
+                &series.patches,
+                *drop_upstreamed,
+                &project.patches_dir,
+            )?;
+            if let Some(dir) = write_conflicts {
+                let dir = crate::fsx::absolute(dir)?;
+                let stack = Series {
+                    dir: project.patches_dir.clone(),
+                    patches: rebased
+                        .iter()
+                        .map(|n| chain::PatchFile::from_bytes(&n.file_name, n.bytes.clone()))
+                        .collect::<Result<_>>()?,
+                };
+                edit::edit(
+                    &store.repo,
+                    new_base,
+                    &new_m.upstream.commit,
+                    &stack,
+                    &dir,
+                    false,
+                )?;
+                if !*json {
+                    println!(
+                        "rebase: the rebased stack is in {} (conflicts marked); resolve, `git commit --amend`, then\n  polykv-forge export --from {} --pin {}",
+                        dir.display(),
+                        dir.display(),
+                        to.display()
+                    );
+                }
+            }
+            crate::failpoint::hit("rebase-before-write");
+            if report.ok && !*dry_run {
+                let lock = crate::chain::lock::Lock {
+                    base: new_base.to_string(),
+                    lines: rebased
+                        .iter()
+                        .map(|n| crate::chain::lock::LockLine {
+                            file: n.file_name.clone(),
+                            sha256: source::sha256_hex(&n.bytes),
+                            tree: n.tree.to_string(),
+                        })
+                        .collect(),
+                };
+                let manifest_path = project.root.join(crate::manifest::FILE_NAME);
+                let manifest_text = crate::rebase::replace_upstream(
+                    &crate::fsx::read_to_string(&manifest_path)?,
+                    &pin_text,
+                )?;
+                let files: Vec<(String, Vec<u8>)> = rebased
+                    .iter()
+                    .map(|n| (n.file_name.clone(), n.bytes.clone()))
+                    .collect();
+                edit::write_series(
+                    &project.patches_dir,
+                    &files,
+                    &lock.render(),
+                    Some(&manifest_text),
+                )?;
+                report.written = true;
+            }
+            if *json {
+                print_json(&report)?;
+            } else {
+                print_rebase(&report);
+            }
+            Ok(if report.ok { 0 } else { 1 })
         }
         Cmd::Status { workdir, json } => {
             let store = project.store()?;

@@ -160,6 +160,7 @@ pub fn export(
     from: &Path,
     patches_dir: &Path,
     dry_run: bool,
+    new_manifest: Option<&str>,
 ) -> Result<ExportReport> {
     let repo = Repository::open(from).with_context(|| {
         format!(
@@ -246,6 +247,12 @@ pub fn export(
                 c.id()
             );
         }
+        if let Some(line) = conflict_marker(&diff) {
+            bail!(
+                "commit {} ({stem}) adds a conflict marker line `{line}`; resolve the conflict and amend the commit",
+                c.id()
+            );
+        }
         let file_name = format!("{stem}.patch");
         let bytes = series::compose(&description, &diff);
         // Prove the written text reproduces the commit exactly.
@@ -294,15 +301,58 @@ pub fn export(
     let lock_text = lock.render();
     let lock_same = std::fs::read_to_string(patches_dir.join(crate::chain::lock::FILE_NAME))
         .is_ok_and(|old| old == lock_text);
-    if dry_run || (report.written.is_empty() && report.removed.is_empty() && lock_same) {
+    if dry_run
+        || (report.written.is_empty()
+            && report.removed.is_empty()
+            && lock_same
+            && new_manifest.is_none())
+    {
         return Ok(report);
     }
-    write_series(patches_dir, &planned, &lock_text)?;
+    let files: Vec<(String, Vec<u8>)> = planned
+        .into_iter()
+        .map(|p| (p.file_name, p.bytes))
+        .collect();
+    write_series(patches_dir, &files, &lock_text, new_manifest)?;
     Ok(report)
 }
 
-/// Replaces the patch files and the lock in one atomic directory swap.
-fn write_series(dir: &Path, planned: &[Planned], lock: &str) -> Result<()> {
+/// The first added line that is a merge conflict marker, if any.
+pub fn conflict_marker(diff: &[u8]) -> Option<String> {
+    diff.split(|&b| b == b'\n')
+        .filter_map(|l| l.strip_prefix(b"+"))
+        .find(|l| l.starts_with(b"<<<<<<< ") || l.starts_with(b">>>>>>> "))
+        .map(|l| String::from_utf8_lossy(l).into_owned())
+}
+
+/// Where a manifest waiting to be moved into place lives (see `write_series`).
+pub const PENDING_MANIFEST: &str = ".pending-vendor-manifest.toml";
+
+/// Finishes a series write that was interrupted between its two renames:
+/// the patches are in place, the manifest that goes with them is beside
+/// them. Rolls forward. Returns whether anything was done.
+pub fn finish_pending(root: &Path) -> Result<bool> {
+    let pending = root.join("patches").join(PENDING_MANIFEST);
+    if !pending.exists() {
+        return Ok(false);
+    }
+    let dest = root.join(crate::manifest::FILE_NAME);
+    std::fs::rename(&pending, &dest)
+        .with_context(|| format!("moving {} to {}", pending.display(), dest.display()))?;
+    crate::progress::note("finished an interrupted series write: vendor-manifest.toml updated");
+    Ok(true)
+}
+
+/// Replaces the patch files and the lock in one atomic directory swap. With
+/// `manifest`, the new vendor-manifest.toml travels inside the swapped
+/// directory and is renamed into place right after (rolled forward by
+/// `finish_pending` if the process dies in between).
+pub fn write_series(
+    dir: &Path,
+    planned: &[(String, Vec<u8>)],
+    lock: &str,
+    manifest: Option<&str>,
+) -> Result<()> {
     fsx::create_dir_all(dir)?;
     let staging = fsx::sibling(dir, "export-staging");
     fsx::remove_dir_all_if_exists(&staging)?;
@@ -311,7 +361,10 @@ fn write_series(dir: &Path, planned: &[Planned], lock: &str) -> Result<()> {
     for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let e = e?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.ends_with(".patch") || name == crate::chain::lock::FILE_NAME {
+        if name.ends_with(".patch")
+            || name == crate::chain::lock::FILE_NAME
+            || name == PENDING_MANIFEST
+        {
             continue;
         }
         let to = staging.join(&name);
@@ -322,13 +375,22 @@ fn write_series(dir: &Path, planned: &[Planned], lock: &str) -> Result<()> {
                 .with_context(|| format!("copying {}", e.path().display()))?;
         }
     }
-    for p in planned {
-        std::fs::write(staging.join(&p.file_name), &p.bytes)
-            .with_context(|| format!("writing {}", p.file_name))?;
+    for (name, bytes) in planned {
+        std::fs::write(staging.join(name), bytes).with_context(|| format!("writing {name}"))?;
     }
     std::fs::write(staging.join(crate::chain::lock::FILE_NAME), lock)
         .context("writing the lock")?;
+    if let Some(m) = manifest {
+        std::fs::write(staging.join(PENDING_MANIFEST), m).context("writing the new manifest")?;
+    }
+    crate::failpoint::hit("series-before-swap");
     fsx::exchange(&staging, dir)?;
+    crate::failpoint::hit("series-after-swap");
+    if manifest.is_some() {
+        if let Some(root) = dir.parent() {
+            finish_pending(root)?;
+        }
+    }
     fsx::remove_dir_all_if_exists(&staging)?;
     Ok(())
 }

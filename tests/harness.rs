@@ -225,6 +225,31 @@ impl Fx {
         self.ok(&["export"]);
     }
 
+    /// A new upstream: a copy of the current one changed by `f`, with a pin
+    /// file (dir source) for `rebase --to`. Returns (pin file, tree id).
+    pub fn new_upstream(&self, name: &str, f: impl FnOnce(&Path)) -> (PathBuf, String) {
+        let dir = self.tmp.path().join(name);
+        let o = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&self.upstream)
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        f(&dir);
+        let tree = git_tree_id(&dir, &self.home);
+        let pin = self.tmp.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &pin,
+            format!(
+                "[upstream]\nname = \"synthetic\"\ncommit = \"{}\"\ntree = \"{tree}\"\n\n[[upstream.sources]]\nkind = \"dir\"\npath = \"{name}\"\n",
+                "1".repeat(40)
+            ),
+        )
+        .unwrap();
+        (pin, tree)
+    }
+
     pub fn write_patch(&self, name: &str, text: &str) {
         std::fs::write(self.patches().join(name), text).unwrap();
     }

@@ -108,3 +108,218 @@ fn real_pinned_upstream_chain() {
     assert_eq!(v["workdir"]["state"], "clean");
     assert_eq!(v["workdir"]["current"], true);
 }
+
+/// A blob of a tree in the test cache, through plain git.
+fn show(tree: &str, path: &str, home: &Path) -> Vec<u8> {
+    let o = env_cmd("git", home)
+        .arg("--git-dir")
+        .arg(cache().join("objects-v1.git"))
+        .args(["show", &format!("{tree}:{path}")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git show {tree}:{path}");
+    o.stdout
+}
+
+/// What `git merge-file` says of one file: the number of conflicts.
+fn merge_file(base: &[u8], ours: &[u8], theirs: &[u8], dir: &Path) -> i32 {
+    let (b, o, t) = (dir.join("base"), dir.join("ours"), dir.join("theirs"));
+    std::fs::write(&b, base).unwrap();
+    std::fs::write(&o, ours).unwrap();
+    std::fs::write(&t, theirs).unwrap();
+    let out = std::process::Command::new("git")
+        .args(["merge-file", "-p"])
+        .arg(&o)
+        .arg(&b)
+        .arg(&t)
+        .output()
+        .unwrap();
+    out.status.code().unwrap()
+}
+
+/// Checks every merged or conflicted file of the first patch's report
+/// against `git merge-file` on the same three versions.
+fn assert_report_matches_merge_file(
+    report: &serde_json::Value,
+    old_base: &str,
+    new_base: &str,
+    after: &str,
+    home: &Path,
+    scratch: &Path,
+) -> usize {
+    let mut checked = 0;
+    for f in report["patches"][0]["files"].as_array().unwrap() {
+        let path = f["path"].as_str().unwrap();
+        let result = f["result"].as_str().unwrap();
+        if result != "merged" && result != "conflict" {
+            continue;
+        }
+        let n = merge_file(
+            &show(old_base, path, home),
+            &show(new_base, path, home),
+            &show(after, path, home),
+            scratch,
+        );
+        if result == "conflict" {
+            assert!(
+                n > 0,
+                "{path}: we report a conflict, git merge-file merged it"
+            );
+            assert_eq!(f["conflicts"].as_array().unwrap().len() as i32, n, "{path}");
+        } else {
+            assert_eq!(
+                n, 0,
+                "{path}: we merged it, git merge-file found {n} conflict(s)"
+            );
+        }
+        checked += 1;
+    }
+    checked
+}
+
+/// Resolves conflict blocks by keeping upstream's side and adding the
+/// patch's marker lines, rewritten to upstream's `stream` spelling.
+fn resolve(text: &str) -> String {
+    let mut out = String::new();
+    let mut state = 0;
+    for l in text.split_inclusive('\n') {
+        if l.starts_with("<<<<<<<") {
+            state = 1;
+        } else if l.starts_with("=======") && state == 1 {
+            state = 2;
+        } else if l.starts_with(">>>>>>>") && state == 2 {
+            state = 0;
+        } else if state == 1 {
+            out.push_str(l);
+        } else if state == 2 {
+            if l.contains("polykv: 0001") {
+                let uses_stream = out.contains("FILE * stream");
+                let line = if uses_stream {
+                    l.to_string()
+                } else {
+                    l.replace("fprintf(stream,", "fprintf(stderr,")
+                };
+                out.push_str(&line);
+            }
+        } else {
+            out.push_str(l);
+        }
+    }
+    out
+}
+
+/// b11312 (llama-cpp-python 0.3.36) → b10454 (0.3.35) and back, through the
+/// pip-sdist sources; each report checked against `git merge-file`.
+#[test]
+fn real_rebase_between_pins_and_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let root = project_root();
+    let copy = tmp.path().join("project");
+    std::fs::create_dir_all(copy.join("patches")).unwrap();
+    std::fs::copy(
+        root.join("vendor-manifest.toml"),
+        copy.join("vendor-manifest.toml"),
+    )
+    .unwrap();
+    for e in std::fs::read_dir(root.join("patches")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), copy.join("patches").join(e.file_name())).unwrap();
+    }
+    let old_pin = pinned_tree();
+    let pin35 = root.join("tests/fixtures/pin-llama-cpp-python-0.3.35.toml");
+    let tree35 = {
+        let v: toml::Value = toml::from_str(&std::fs::read_to_string(&pin35).unwrap()).unwrap();
+        v["upstream"]["tree"].as_str().unwrap().to_string()
+    };
+    let lock_after = |dir: &Path| -> String {
+        let l = std::fs::read_to_string(dir.join("patches/patches.lock")).unwrap();
+        l.lines()
+            .last()
+            .unwrap()
+            .split(' ')
+            .nth(2)
+            .unwrap()
+            .to_string()
+    };
+
+    // Down: b11312 → b10454.
+    let after = lock_after(&copy);
+    let stack = tmp.path().join("stack");
+    let o = forge(
+        &copy,
+        &home,
+        &[
+            "rebase",
+            "--to",
+            pin35.to_str().unwrap(),
+            "--json",
+            "--write-conflicts",
+            stack.to_str().unwrap(),
+        ],
+    );
+    assert!(o.code == 0 || o.code == 1, "{}", o.dump("rebase down"));
+    let down: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let checked =
+        assert_report_matches_merge_file(&down, &old_pin, &tree35, &after, &home, tmp.path());
+    assert!(
+        checked > 0 || down["patches"][0]["outcome"] == "clean",
+        "{down:#}"
+    );
+    if down["ok"] == false {
+        // Resolve the stack's conflicts and export against the old pin.
+        for f in down["patches"][0]["files"].as_array().unwrap() {
+            if f["result"] == "conflict" {
+                let p = stack.join(f["path"].as_str().unwrap());
+                let t = std::fs::read_to_string(&p).unwrap();
+                std::fs::write(&p, resolve(&t)).unwrap();
+            }
+        }
+        let g = |args: &[&str]| {
+            let o = env_cmd("git", &home)
+                .args(args)
+                .current_dir(&stack)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "git {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        g(&["commit", "-q", "-a", "--amend", "--no-edit"]);
+        let o = forge(
+            &copy,
+            &home,
+            &[
+                "export",
+                "--from",
+                stack.to_str().unwrap(),
+                "--pin",
+                pin35.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(o.code, 0, "{}", o.dump("export --pin"));
+    }
+    let o = forge(&copy, &home, &["verify", "--json"]);
+    assert_eq!(o.code, 0, "{}", o.dump("verify on b10454"));
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["base_tree"], tree35.as_str());
+
+    // Back up: b10454 → b11312, with the project's own manifest as the pin.
+    let after = lock_after(&copy);
+    let o = forge(
+        &copy,
+        &home,
+        &[
+            "rebase",
+            "--to",
+            root.join("vendor-manifest.toml").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert!(o.code == 0 || o.code == 1, "{}", o.dump("rebase up"));
+    let up: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_report_matches_merge_file(&up, &tree35, &old_pin, &after, &home, tmp.path());
+}

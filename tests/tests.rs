@@ -7,4 +7,5 @@ mod bad_input;
 mod build;
 mod chain;
 mod real;
+mod rebase;
 mod workdir;

@@ -1,0 +1,561 @@
+//! `rebase`: move the whole chain onto a new upstream pin. Each patch is
+//! replayed onto the new base: strictly if it still applies, otherwise by a
+//! per-file 3-way merge whose common ancestor is the patch's own pre-image on
+//! the old base (always in the cache). Nothing is written unless every patch
+//! lands; the report says per patch what happened and where upstream moved
+//! under it.
+
+use anyhow::{bail, Context, Result};
+use git2::{IndexEntry, IndexTime, Oid, Repository};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::chain::{apply, export, markers, ownership, series, PatchFile};
+use crate::tree::{self, TreeWriter};
+
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Applies strictly on the new base.
+    Clean,
+    /// The 3-way merge succeeded; the patch is regenerated against the new base.
+    Merged,
+    /// Every change of the patch is already in the new base.
+    AlreadyUpstream,
+    /// At least one file did not merge.
+    Conflict,
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Outcome::Clean => "clean",
+            Outcome::Merged => "merged",
+            Outcome::AlreadyUpstream => "already-upstream",
+            Outcome::Conflict => "conflict",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    pub path: String,
+    /// clean, merged, conflict, already-upstream, added, deleted, followed-rename.
+    pub result: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Conflict regions: ours (new upstream) and theirs (the patch), each trimmed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<ConflictRegion>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConflictRegion {
+    pub upstream: String,
+    pub patch: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PatchReport {
+    pub patch: String,
+    pub outcome: Outcome,
+    pub files: Vec<FileReport>,
+    /// Upstream changes within 3 lines of the patch's hunks (semantic drift).
+    pub drift: Vec<String>,
+    /// Markers the patch had that its rebased text no longer has.
+    pub markers_vanished: Vec<String>,
+    /// Set when an earlier patch conflicted: this one was replayed on that
+    /// patch's conflicted result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_conflict: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub from_tree: String,
+    pub to_commit: String,
+    pub to_tree: String,
+    pub patches: Vec<PatchReport>,
+    /// Chain-level checks on the rebased series (markers, ownership).
+    pub checks: Vec<String>,
+    pub ok: bool,
+    pub written: bool,
+    pub dropped: Vec<String>,
+}
+
+/// A rebased patch, not yet written.
+pub struct NewPatch {
+    pub file_name: String,
+    pub bytes: Vec<u8>,
+    pub tree: Oid,
+    pub message: String,
+    pub conflicted: bool,
+}
+
+fn entry(path: &str, e: &tree::Entry) -> IndexEntry {
+    IndexEntry {
+        ctime: IndexTime::new(0, 0),
+        mtime: IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode: e.mode,
+        uid: 0,
+        gid: 0,
+        file_size: 0,
+        id: e.oid,
+        flags: path.len().min(0xfff) as u16,
+        flags_extended: 0,
+        path: path.as_bytes().to_vec(),
+    }
+}
+
+type Files = BTreeMap<Vec<u8>, tree::Entry>;
+
+fn get<'a>(files: &'a Files, path: &str) -> Option<&'a tree::Entry> {
+    files.get(path.as_bytes())
+}
+
+fn write_tree(repo: &Repository, files: &Files) -> Result<Oid> {
+    let mut w = TreeWriter::new(repo)?;
+    for (p, e) in files {
+        w.add_oid(p, e.mode, e.oid)?;
+    }
+    w.write()
+}
+
+/// One file a patch touches: its old path, new path and what it does.
+struct Touch {
+    old: Option<String>,
+    new: Option<String>,
+    status: git2::Delta,
+}
+
+/// The files a patch touches.
+fn touched(p: &PatchFile) -> Result<Vec<Touch>> {
+    let diff = apply::parse(&p.diff).map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
+    Ok(diff
+        .deltas()
+        .map(|d| {
+            let old = (d.status() != git2::Delta::Added)
+                .then(|| d.old_file().path().map(|x| x.display().to_string()))
+                .flatten();
+            let new = (d.status() != git2::Delta::Deleted)
+                .then(|| d.new_file().path().map(|x| x.display().to_string()))
+                .flatten();
+            Touch {
+                old,
+                new,
+                status: d.status(),
+            }
+        })
+        .collect())
+}
+
+/// Old-side line ranges (1-based, inclusive) of a patch's hunks per file.
+fn hunk_ranges(p: &PatchFile) -> Result<BTreeMap<String, Vec<(u32, u32)>>> {
+    let diff = apply::parse(&p.diff).map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
+    let mut out: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
+    for idx in 0..diff.deltas().len() {
+        let Some(patch) = git2::Patch::from_diff(&diff, idx)? else {
+            continue;
+        };
+        let path = patch
+            .delta()
+            .old_file()
+            .path()
+            .map(|x| x.display().to_string())
+            .unwrap_or_default();
+        for h in 0..patch.num_hunks() {
+            let (hunk, _) = patch.hunk(h)?;
+            let start = hunk.old_start().max(1);
+            let end = start + hunk.old_lines().max(1) - 1;
+            out.entry(path.clone()).or_default().push((start, end));
+        }
+    }
+    Ok(out)
+}
+
+/// Lines upstream changed (old-side ranges) between two versions of a file.
+fn changed_ranges(old: &[u8], new: &[u8]) -> Result<Vec<(u32, u32, u32)>> {
+    let mut opts = git2::DiffOptions::new();
+    opts.context_lines(0);
+    let patch = git2::Patch::from_buffers(old, None, new, None, Some(&mut opts))?;
+    let mut out = Vec::new();
+    for h in 0..patch.num_hunks() {
+        let (hunk, _) = patch.hunk(h)?;
+        let start = hunk.old_start().max(1);
+        let end = start + hunk.old_lines().max(1) - 1;
+        out.push((start, end, hunk.old_lines().max(hunk.new_lines())));
+    }
+    Ok(out)
+}
+
+fn conflict_regions(merged: &[u8]) -> Vec<ConflictRegion> {
+    let text = String::from_utf8_lossy(merged);
+    let mut out = Vec::new();
+    let mut state = 0; // 0 outside, 1 ours, 2 theirs
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for l in text.lines() {
+        if l.starts_with("<<<<<<<") {
+            state = 1;
+            ours.clear();
+            theirs.clear();
+        } else if l.starts_with("=======") && state == 1 {
+            state = 2;
+        } else if l.starts_with(">>>>>>>") && state == 2 {
+            let cut = |v: &Vec<&str>| {
+                let mut s: Vec<&str> = v.iter().take(12).copied().collect();
+                if v.len() > 12 {
+                    s.push("…");
+                }
+                s.join("\n")
+            };
+            out.push(ConflictRegion {
+                upstream: cut(&ours),
+                patch: cut(&theirs),
+            });
+            state = 0;
+        } else if state == 1 {
+            ours.push(l);
+        } else if state == 2 {
+            theirs.push(l);
+        }
+    }
+    out
+}
+
+/// Upstream renames between two bases: old path → new path.
+fn upstream_renames(repo: &Repository, old: Oid, new: Oid) -> Result<BTreeMap<String, String>> {
+    let (a, b) = (repo.find_tree(old)?, repo.find_tree(new)?);
+    let mut diff = repo.diff_tree_to_tree(Some(&a), Some(&b), None)?;
+    let mut find = git2::DiffFindOptions::new();
+    find.renames(true).rename_threshold(50).rename_limit(5000);
+    diff.find_similar(Some(&mut find))?;
+    let mut out = BTreeMap::new();
+    for d in diff.deltas() {
+        if d.status() == git2::Delta::Renamed {
+            if let (Some(o), Some(n)) = (d.old_file().path(), d.new_file().path()) {
+                out.insert(o.display().to_string(), n.display().to_string());
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn count_markers_added(diff: &[u8], number: u32) -> usize {
+    diff.split(|&b| b == b'\n')
+        .filter(|l| l.starts_with(b"+") && !l.starts_with(b"+++"))
+        .map(|l| {
+            markers::find(l)
+                .iter()
+                .filter(|(n, _)| *n == number)
+                .count()
+        })
+        .sum()
+}
+
+/// Replays `patches` (proven on `old_base`) onto `new_base`. Writes nothing.
+pub fn plan(
+    repo: &Repository,
+    old_base: Oid,
+    new_base: Oid,
+    to_commit: &str,
+    patches: &[PatchFile],
+    drop_upstreamed: bool,
+    patches_dir: &Path,
+) -> Result<(Report, Vec<NewPatch>)> {
+    let old_trees = apply::forward(repo, old_base, patches)
+        .context("the current chain does not apply on the current pin; fix that first (`polykv-forge verify`)")?;
+    let renames = upstream_renames(repo, old_base, new_base)?;
+    let mut report = Report {
+        from_tree: old_base.to_string(),
+        to_commit: to_commit.to_string(),
+        to_tree: new_base.to_string(),
+        patches: Vec::new(),
+        checks: Vec::new(),
+        ok: true,
+        written: false,
+        dropped: Vec::new(),
+    };
+    let mut out = Vec::new();
+    let mut cur = new_base;
+    let mut conflicted_at: Option<String> = None;
+    for (k, p) in patches.iter().enumerate() {
+        let before = if k == 0 { old_base } else { old_trees[k - 1] };
+        let after = old_trees[k];
+        let mut pr = PatchReport {
+            patch: p.file_name.clone(),
+            outcome: Outcome::Clean,
+            files: Vec::new(),
+            drift: Vec::new(),
+            markers_vanished: Vec::new(),
+            after_conflict: conflicted_at.clone(),
+        };
+        let old_before = tree::list(repo, before)?;
+        let old_after = tree::list(repo, after)?;
+        let mut files = tree::list(repo, cur)?;
+        let start_files = files.clone();
+
+        // Drift: upstream changes near this patch's hunks.
+        for (path, ranges) in hunk_ranges(p)? {
+            let (Some(ob), Some(nb)) = (get(&old_before, &path), get(&start_files, &path)) else {
+                continue;
+            };
+            if ob.oid == nb.oid {
+                continue;
+            }
+            let changes = changed_ranges(&tree::blob(repo, ob.oid)?, &tree::blob(repo, nb.oid)?)?;
+            let mut lines = 0;
+            let mut hunks = 0;
+            for (s, e) in &ranges {
+                let near: Vec<_> = changes
+                    .iter()
+                    .filter(|(cs, ce, _)| *cs <= e + 3 && *ce + 3 >= *s)
+                    .collect();
+                if !near.is_empty() {
+                    hunks += 1;
+                    lines += near.iter().map(|c| c.2).sum::<u32>();
+                }
+            }
+            if hunks > 0 {
+                pr.drift.push(format!(
+                    "upstream changed {lines} line(s) within 3 lines of {hunks} of {}'s {} hunk(s) in {path}",
+                    p.tag(),
+                    ranges.len()
+                ));
+            }
+        }
+
+        let strict = apply::apply(repo, cur, p, false);
+        let new_tree = match strict {
+            Ok(t) => {
+                for t in touched(p)? {
+                    pr.files.push(FileReport {
+                        path: t.new.or(t.old).unwrap_or_default(),
+                        result: "clean".into(),
+                        detail: None,
+                        conflicts: Vec::new(),
+                    });
+                }
+                t
+            }
+            Err(_) => {
+                let mut any_conflict = false;
+                let mut any_change = false;
+                for Touch {
+                    old: o,
+                    new: n,
+                    status,
+                } in touched(p)?
+                {
+                    let mut fr = FileReport {
+                        path: n.clone().or(o.clone()).unwrap_or_default(),
+                        result: String::new(),
+                        detail: None,
+                        conflicts: Vec::new(),
+                    };
+                    match status {
+                        git2::Delta::Added => {
+                            let path = n.unwrap_or_default();
+                            let theirs = get(&old_after, &path)
+                                .context("added file missing")?
+                                .clone();
+                            match get(&files, &path) {
+                                Some(e) if e.oid == theirs.oid => {
+                                    fr.result = "already-upstream".into()
+                                }
+                                Some(_) => {
+                                    fr.result = "conflict".into();
+                                    fr.detail = Some(
+                                        "upstream now has a different file at this path".into(),
+                                    );
+                                    any_conflict = true;
+                                }
+                                None => {
+                                    files.insert(path.clone().into_bytes(), theirs);
+                                    fr.result = "added".into();
+                                    any_change = true;
+                                }
+                            }
+                        }
+                        git2::Delta::Deleted => {
+                            let path = o.unwrap_or_default();
+                            let base = get(&old_before, &path)
+                                .context("deleted file missing")?
+                                .clone();
+                            match get(&files, &path) {
+                                None => fr.result = "already-upstream".into(),
+                                Some(e) if e.oid == base.oid => {
+                                    files.remove(path.as_bytes());
+                                    fr.result = "deleted".into();
+                                    any_change = true;
+                                }
+                                Some(_) => {
+                                    fr.result = "conflict".into();
+                                    fr.detail =
+                                        Some("the patch deletes a file upstream changed".into());
+                                    any_conflict = true;
+                                }
+                            }
+                        }
+                        _ => {
+                            let old_path = o.clone().unwrap_or_default();
+                            let new_path = n.clone().unwrap_or_default();
+                            let base = get(&old_before, &old_path)
+                                .context("pre-image missing")?
+                                .clone();
+                            let theirs = get(&old_after, &new_path)
+                                .context("post-image missing")?
+                                .clone();
+                            // Follow an upstream rename of the file when git finds one.
+                            let (ours_path, followed) = if get(&files, &old_path).is_some() {
+                                (old_path.clone(), None)
+                            } else if let Some(r) =
+                                renames.get(&old_path).filter(|r| get(&files, r).is_some())
+                            {
+                                (r.clone(), Some(r.clone()))
+                            } else {
+                                fr.result = "conflict".into();
+                                fr.detail = Some(format!(
+                                    "upstream deleted {old_path}, which the patch changes"
+                                ));
+                                any_conflict = true;
+                                pr.files.push(fr);
+                                continue;
+                            };
+                            let ours = get(&files, &ours_path).context("ours missing")?.clone();
+                            let dest = if followed.is_some() || old_path == new_path {
+                                ours_path.clone()
+                            } else {
+                                new_path.clone()
+                            };
+                            let mut opts = git2::MergeFileOptions::new();
+                            opts.ancestor_label("patch pre-image")
+                                .our_label("upstream")
+                                .their_label(&p.file_name)
+                                .style_diff3(false);
+                            let m = repo.merge_file_from_index(
+                                &entry(&old_path, &base),
+                                &entry(&ours_path, &ours),
+                                &entry(&new_path, &theirs),
+                                Some(&mut opts),
+                            )?;
+                            let content = m.content().to_vec();
+                            let oid = repo.blob(&content)?;
+                            if ours_path != dest {
+                                files.remove(ours_path.as_bytes());
+                            }
+                            files.insert(
+                                dest.clone().into_bytes(),
+                                tree::Entry {
+                                    mode: theirs.mode,
+                                    oid,
+                                },
+                            );
+                            if !m.is_automergeable() {
+                                fr.result = "conflict".into();
+                                fr.conflicts = conflict_regions(&content);
+                                any_conflict = true;
+                            } else if oid == ours.oid && ours_path == dest {
+                                fr.result = "already-upstream".into();
+                            } else {
+                                fr.result = "merged".into();
+                                any_change = true;
+                            }
+                            if let Some(r) = followed {
+                                fr.detail =
+                                    Some(format!("followed upstream rename {old_path} → {r}"));
+                                fr.path = dest;
+                            }
+                        }
+                    }
+                    pr.files.push(fr);
+                }
+                pr.outcome = if any_conflict {
+                    Outcome::Conflict
+                } else if !any_change {
+                    Outcome::AlreadyUpstream
+                } else {
+                    Outcome::Merged
+                };
+                write_tree(repo, &files)?
+            }
+        };
+        // The rebased text, canonical, against the new base.
+        let conflicted = pr.outcome == Outcome::Conflict;
+        if pr.outcome == Outcome::AlreadyUpstream {
+            if drop_upstreamed {
+                report.dropped.push(p.file_name.clone());
+            } else {
+                report.ok = false;
+            }
+            report.patches.push(pr);
+            continue;
+        }
+        let diff = export::render(repo, cur, new_tree)
+            .with_context(|| format!("rendering the rebased {}", p.file_name))?;
+        let before_markers = count_markers_added(&p.diff, p.number);
+        let after_markers = count_markers_added(&diff, p.number);
+        if after_markers < before_markers {
+            pr.markers_vanished.push(format!(
+                "{}: {} of its {before_markers} `polykv: {}` marker line(s) vanished in the rebase",
+                p.file_name,
+                before_markers - after_markers,
+                p.tag()
+            ));
+        }
+        if conflicted {
+            report.ok = false;
+            conflicted_at.get_or_insert_with(|| p.file_name.clone());
+        }
+        out.push(NewPatch {
+            file_name: p.file_name.clone(),
+            bytes: series::compose(&p.message(), &diff),
+            tree: new_tree,
+            message: p.message(),
+            conflicted,
+        });
+        report.patches.push(pr);
+        cur = new_tree;
+    }
+    if report.ok {
+        // Re-check markers and ownership on the rebased series.
+        let rebased: Vec<PatchFile> = out
+            .iter()
+            .map(|n| PatchFile::from_bytes(&n.file_name, n.bytes.clone()))
+            .collect::<Result<_>>()?;
+        let trees: Vec<Oid> = out.iter().map(|n| n.tree).collect();
+        let proven = apply::forward(repo, new_base, &rebased)?;
+        if proven != trees {
+            bail!("internal: the rebased texts do not reproduce the rebased trees");
+        }
+        let rules = markers::Markers::load(patches_dir)?;
+        report
+            .checks
+            .extend(markers::check(repo, new_base, &rebased, &trees, &rules)?);
+        let base_tree = repo.find_tree(new_base)?;
+        let base_has = |p: &str| base_tree.get_path(Path::new(p)).is_ok();
+        let own = ownership::Ownership::load(patches_dir)?;
+        report
+            .checks
+            .extend(ownership::check(&rebased, &base_has, &own)?);
+        if !report.checks.is_empty() {
+            report.ok = false;
+        }
+    }
+    Ok((report, out))
+}
+
+/// Replaces `[upstream]` of the manifest text with the new pin's, keeping the rest.
+pub fn replace_upstream(manifest_text: &str, pin_text: &str) -> Result<String> {
+    let mut doc: toml_edit::DocumentMut = manifest_text
+        .parse()
+        .context("parsing vendor-manifest.toml")?;
+    let pin: toml_edit::DocumentMut = pin_text.parse().context("parsing the new pin")?;
+    let up = pin
+        .get("upstream")
+        .context("the new pin has no [upstream] table")?;
+    doc["upstream"] = up.clone();
+    Ok(doc.to_string())
+}
