@@ -5,14 +5,13 @@
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::chain::{self, Series};
 use crate::error::{ApplyError, CheckFailed};
-use crate::manifest::Manifest;
-use crate::source::{self, Base};
-use crate::store::Store;
+use crate::project::Project;
+use crate::source;
 use crate::{edit, status, workdir};
 
 #[derive(Parser, Debug)]
@@ -229,233 +228,6 @@ fn parse_number(s: &str) -> std::result::Result<u32, String> {
         .map_err(|_| format!("`{s}` is not a patch number (e.g. 0003)"))
 }
 
-/// The resolved project: root, manifest, patches directory.
-struct Project {
-    root: PathBuf,
-    manifest: Manifest,
-    patches_dir: PathBuf,
-    cache: Option<PathBuf>,
-}
-
-impl Project {
-    fn resolve(cli: &Cli) -> Result<Project> {
-        let root = match &cli.project {
-            Some(p) => crate::fsx::absolute(p)?,
-            None => find_root()?,
-        };
-        edit::finish_pending(&root)?;
-        let manifest = Manifest::load(&root.join(crate::manifest::FILE_NAME))?;
-        Ok(Project {
-            patches_dir: root.join("patches"),
-            root,
-            manifest,
-            cache: cli.cache.clone(),
-        })
-    }
-
-    /// Reads a pin file (vendor-manifest.toml's form); returns it and its text.
-    fn pin_manifest(&self, path: &Path) -> Result<(Manifest, String)> {
-        let path = crate::fsx::absolute(path)?;
-        let text = crate::fsx::read_to_string(&path)?;
-        Ok((Manifest::load(&path)?, text))
-    }
-
-    fn store(&self) -> Result<Store> {
-        match &self.cache {
-            Some(c) => Store::open(&crate::fsx::absolute(c)?),
-            None => Store::open_default(),
-        }
-    }
-
-    fn base(&self, store: &Store, src: &SourceArgs, refresh: bool) -> Result<(git2::Oid, Base)> {
-        let base = source::ensure_base(
-            store,
-            &self.manifest,
-            &source::Request {
-                override_source: src.source.clone(),
-                refresh,
-            },
-        )?;
-        Ok((self.manifest.tree_oid()?, base))
-    }
-
-    fn series(&self) -> Result<Series> {
-        Series::load(&self.patches_dir)
-    }
-
-    /// The applied tree for a build. With `strict`, the workdir must hold
-    /// the current chain without hand edits; otherwise the chain's tree is
-    /// computed in the cache (for `--dry-run`).
-    fn applied(&self, dir: &Path, strict: bool) -> Result<crate::build::Applied> {
-        let store = self.store()?;
-        let (base, _) = self.base(&store, &SourceArgs::default(), false)?;
-        let series = self.series()?;
-        let trees = chain::apply::forward(&store.repo, base, &series.patches)?;
-        let tree = trees.last().copied().unwrap_or(base).to_string();
-        if strict {
-            let ins = workdir::inspect(dir)?;
-            let at = ins.state.as_ref().map(|s| s.tree.clone());
-            if at.as_deref() != Some(tree.as_str()) {
-                anyhow::bail!(
-                    "{} does not hold the current chain (tree {tree}); run `polykv-forge apply` first",
-                    dir.display()
-                );
-            }
-            if ins.drifted() {
-                anyhow::bail!(
-                    "{} has hand edits ({} modified, {} deleted); a build would not match its stamp. Run `polykv-forge status`",
-                    dir.display(),
-                    ins.modified.len(),
-                    ins.deleted.len()
-                );
-            }
-        }
-        let release_number = self
-            .manifest
-            .upstream
-            .release
-            .as_deref()
-            .and_then(|r| r.trim_start_matches('b').parse().ok());
-        Ok(crate::build::Applied {
-            workdir: dir.to_path_buf(),
-            tree,
-            patches: series.patches.len(),
-            release_number,
-            commit: self.manifest.upstream.commit.clone(),
-        })
-    }
-
-    /// Runs one gate: prerequisites (artifacts verified against their
-    /// manifest, binaries, models), then its commands; writes its JSON.
-    fn run_gate(
-        &self,
-        spec: &crate::gate::Spec,
-        dir: &Path,
-    ) -> Result<crate::gate::report::GateResult> {
-        use crate::gate::report::Status;
-        let t = Instant::now();
-        let out_dir = self.root.join("build").join("gates");
-        crate::fsx::create_dir_all(&out_dir)?;
-        let result = self.gate_inner(spec, dir, &out_dir)?;
-        let mut result = result;
-        if result.status != Status::Skipped {
-            result.seconds = t.elapsed().as_secs_f64();
-        }
-        crate::fsx::write_atomic(
-            &out_dir.join(format!("{}.json", spec.name)),
-            &serde_json::to_vec_pretty(&result)?,
-        )?;
-        Ok(result)
-    }
-
-    fn gate_inner(
-        &self,
-        spec: &crate::gate::Spec,
-        dir: &Path,
-        out_dir: &Path,
-    ) -> Result<crate::gate::report::GateResult> {
-        use crate::gate::report::{GateResult, Status};
-        let applied = self.applied(dir, false)?;
-        let plan = crate::build::plan(
-            &self.root,
-            &applied,
-            &crate::build::Request {
-                variant: spec.variant,
-                targets: Vec::new(),
-                jobs: None,
-                cuda_arch: None,
-                fa_quants: None,
-            },
-        )?;
-        let build_dir = PathBuf::from(&plan.build_dir);
-        if crate::build::load_manifest(&build_dir)?.is_none() {
-            let why = match &plan.blocked {
-                Some(b) => format!(
-                    "the {} variant cannot be built here: {b}",
-                    spec.variant.name()
-                ),
-                None => format!(
-                    "the {} variant is not built (run `polykv-forge build --{}`)",
-                    spec.variant.name(),
-                    spec.variant.name()
-                ),
-            };
-            return Ok(GateResult::skipped(spec, why));
-        }
-        // Stale or foreign artifacts are refused, not skipped.
-        let manifest = match crate::build::check(&plan) {
-            Ok(m) => m,
-            Err(e) => {
-                let mut r = GateResult::skipped(spec, format!("{e:#}"));
-                r.status = Status::Failed;
-                return Ok(r);
-            }
-        };
-        for b in &spec.binaries {
-            if !build_dir.join("bin").join(b).is_file() {
-                return Ok(GateResult::skipped(
-                    spec,
-                    format!(
-                        "binary {b} is not in {} (add it with `build --target {b}`)",
-                        plan.build_dir
-                    ),
-                ));
-            }
-        }
-        let store = self.store()?;
-        let mut models = std::collections::BTreeMap::new();
-        for name in &spec.models {
-            let m = crate::model::find(&self.manifest.models, name)?;
-            match crate::model::cached(&store, m) {
-                Some(p) => {
-                    models.insert(name.clone(), p);
-                }
-                None => {
-                    return Ok(GateResult::skipped(
-                        spec,
-                        format!(
-                            "model {name} is not fetched (run `polykv-forge model fetch {name}`)"
-                        ),
-                    ))
-                }
-            }
-        }
-        let base = self.manifest.tree_oid()?;
-        let text = crate::gate::text::write_eval_text(&store.repo, base, out_dir)?;
-        let scratch = out_dir.join(&spec.name);
-        crate::fsx::create_dir_all(&scratch)?;
-        let ctx = crate::gate::engine::Ctx {
-            bin_dir: build_dir.join("bin"),
-            tree: manifest.tree.clone(),
-            models,
-            text,
-            scratch,
-        };
-        let mut rows = match spec.kind {
-            crate::gate::Kind::Command => crate::gate::engine::run_commands(spec, &ctx),
-            crate::gate::Kind::Needle => crate::gate::needle::run(spec, &ctx),
-        };
-        let ok = crate::gate::engine::finish(spec, &mut rows);
-        Ok(GateResult {
-            gate: spec.name.clone(),
-            description: spec.description.clone(),
-            status: if ok { Status::Passed } else { Status::Failed },
-            reason: None,
-            benchmark: spec.benchmark,
-            variant: spec.variant.name().to_string(),
-            seconds: 0.0,
-            artifact_key: Some(manifest.key.clone()),
-            tree: Some(manifest.tree.clone()),
-            columns: crate::gate::engine::columns(spec, &rows),
-            rows,
-        })
-    }
-
-    fn default_workdir(&self) -> PathBuf {
-        self.root.join("work").join("llama.cpp")
-    }
-}
-
 fn print_rebase(r: &crate::rebase::Report) {
     println!(
         "rebase: {} → {} (commit {})",
@@ -558,24 +330,6 @@ fn print_gate(r: &crate::gate::report::GateResult) {
     }
 }
 
-fn find_root() -> Result<PathBuf> {
-    let cwd = std::env::current_dir().context("reading the current directory")?;
-    let mut dir: &Path = &cwd;
-    loop {
-        if dir.join(crate::manifest::FILE_NAME).is_file() {
-            return Ok(dir.to_path_buf());
-        }
-        match dir.parent() {
-            Some(p) => dir = p,
-            None => anyhow::bail!(
-                "no {} in {} or any directory above it; run inside a polykv-forge project or pass --project",
-                crate::manifest::FILE_NAME,
-                cwd.display()
-            ),
-        }
-    }
-}
-
 fn print_json<T: Serialize>(v: &T) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
@@ -614,12 +368,12 @@ pub fn main() -> i32 {
 }
 
 fn run(cli: &Cli) -> Result<i32> {
-    let project = Project::resolve(cli)?;
+    let project = Project::resolve(cli.project.as_deref(), cli.cache.as_deref())?;
     match &cli.cmd {
         Cmd::Vendor { src, refresh, json } => {
             let t = Instant::now();
             let store = project.store()?;
-            let (_, base) = project.base(&store, src, *refresh)?;
+            let (_, base) = project.base(&store, src.source.as_deref(), *refresh)?;
             #[derive(Serialize)]
             struct Out<'a> {
                 ok: bool,
@@ -665,7 +419,7 @@ fn run(cli: &Cli) -> Result<i32> {
         } => {
             let t = Instant::now();
             let store = project.store()?;
-            let (base, _) = project.base(&store, src, false)?;
+            let (base, _) = project.base(&store, src.source.as_deref(), false)?;
             let series = project.series()?;
             let patches = series.upto(*upto)?;
             let trees = chain::apply::forward(&store.repo, base, patches)?;
@@ -726,7 +480,7 @@ fn run(cli: &Cli) -> Result<i32> {
         Cmd::Verify { src, json } => {
             let t = Instant::now();
             let store = project.store()?;
-            let (base, b) = project.base(&store, src, false)?;
+            let (base, b) = project.base(&store, src.source.as_deref(), false)?;
             let series = project.series()?;
             let report =
                 chain::verify::run(&store.repo, base, &series.patches, &project.patches_dir)?;
@@ -800,7 +554,7 @@ fn run(cli: &Cli) -> Result<i32> {
             json,
         } => {
             let store = project.store()?;
-            let (base, _) = project.base(&store, src, false)?;
+            let (base, _) = project.base(&store, src.source.as_deref(), false)?;
             let series = project.series()?;
             let dir = match dir {
                 Some(d) => crate::fsx::absolute(d)?,
@@ -836,7 +590,7 @@ fn run(cli: &Cli) -> Result<i32> {
         } => {
             let store = project.store()?;
             let (base, new_manifest) = match pin {
-                None => (project.base(&store, src, false)?.0, None),
+                None => (project.base(&store, src.source.as_deref(), false)?.0, None),
                 Some(pin) => {
                     let (m, text) = project.pin_manifest(pin)?;
                     let b = source::ensure_base(
@@ -1166,7 +920,7 @@ fn run(cli: &Cli) -> Result<i32> {
             json,
         } => {
             let store = project.store()?;
-            let (old_base, _) = project.base(&store, src, false)?;
+            let (old_base, _) = project.base(&store, src.source.as_deref(), false)?;
             let (new_m, pin_text) = project.pin_manifest(to)?;
             let nb = source::ensure_base(
                 &store,

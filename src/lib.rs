@@ -16,6 +16,7 @@ pub mod manifest;
 pub mod model;
 pub mod paths;
 pub mod progress;
+pub mod project;
 pub mod rebase;
 pub mod source;
 pub mod status;

@@ -16,7 +16,7 @@ pub struct Out {
 }
 
 impl Out {
-    fn from(o: Output) -> Out {
+    pub fn from(o: Output) -> Out {
         Out {
             code: o.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -59,6 +59,36 @@ pub struct Fx {
     pub upstream: PathBuf,
     pub home: PathBuf,
     pub tree: String,
+}
+
+/// (name, bytes) of every file directly in `dir`, sorted.
+pub fn snapshot_dir(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A copy of a project's manifest and patches/ in `dest`.
+pub fn copy_project(root: &Path, dest: &Path) {
+    std::fs::create_dir_all(dest.join("patches")).unwrap();
+    std::fs::copy(
+        root.join("vendor-manifest.toml"),
+        dest.join("vendor-manifest.toml"),
+    )
+    .unwrap();
+    for e in std::fs::read_dir(root.join("patches")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), dest.join("patches").join(e.file_name())).unwrap();
+    }
 }
 
 /// 40 distinct lines, so hunks have unambiguous context.
@@ -250,24 +280,40 @@ impl Fx {
         (pin, tree)
     }
 
+    /// Runs the tool with `args` until it reaches failpoint `point`, then
+    /// kills it with SIGKILL.
+    pub fn kill_at(&self, args: &[&str], point: &str) {
+        use std::io::BufRead;
+        let mut child = self
+            .cmd(args)
+            .env("POLYKV_FORGE_FAILPOINT", point)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The failpoint prints a line when reached.
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                err.read_line(&mut line).unwrap() > 0,
+                "{args:?} ended before the failpoint {point}"
+            );
+            if line.contains("failpoint") {
+                break;
+            }
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+    }
+
     pub fn write_patch(&self, name: &str, text: &str) {
         std::fs::write(self.patches().join(name), text).unwrap();
     }
 
     /// Snapshot of every patches/ file, to prove nothing was written.
     pub fn patches_snapshot(&self) -> Vec<(String, Vec<u8>)> {
-        let mut v: Vec<_> = std::fs::read_dir(self.patches())
-            .unwrap()
-            .map(|e| {
-                let e = e.unwrap();
-                (
-                    e.file_name().to_string_lossy().into_owned(),
-                    std::fs::read(e.path()).unwrap(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
+        snapshot_dir(&self.patches())
     }
 
     /// Snapshot of the workdir (path, bytes, mtime), to prove nothing changed.

@@ -23,11 +23,7 @@ fn forge(project: &Path, home: &Path, args: &[&str]) -> Out {
         .args(args)
         .output()
         .unwrap();
-    Out {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+    Out::from(o)
 }
 
 fn pinned_tree() -> String {
@@ -66,36 +62,13 @@ fn real_pinned_upstream_chain() {
 
     // edit + export on a copy of the project: byte-identical.
     let copy = tmp.path().join("project");
-    std::fs::create_dir_all(copy.join("patches")).unwrap();
-    std::fs::copy(
-        root.join("vendor-manifest.toml"),
-        copy.join("vendor-manifest.toml"),
-    )
-    .unwrap();
-    for e in std::fs::read_dir(root.join("patches")).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), copy.join("patches").join(e.file_name())).unwrap();
-    }
-    let snap = |dir: &Path| {
-        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| {
-                let e = e.unwrap();
-                (
-                    e.file_name().to_string_lossy().into_owned(),
-                    std::fs::read(e.path()).unwrap(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    };
-    let before = snap(&copy.join("patches"));
+    copy_project(&root, &copy);
+    let before = snapshot_dir(&copy.join("patches"));
     let o = forge(&copy, &home, &["edit"]);
     assert_eq!(o.code, 0, "{}", o.dump("edit"));
     let o = forge(&copy, &home, &["export"]);
     assert_eq!(o.code, 0, "{}", o.dump("export"));
-    assert_eq!(snap(&copy.join("patches")), before);
+    assert_eq!(snapshot_dir(&copy.join("patches")), before);
 
     // apply writes the tree; a second apply touches nothing.
     let o = forge(&copy, &home, &["apply", "--json"]);
@@ -217,16 +190,7 @@ fn real_rebase_between_pins_and_back() {
     std::fs::create_dir_all(&home).unwrap();
     let root = project_root();
     let copy = tmp.path().join("project");
-    std::fs::create_dir_all(copy.join("patches")).unwrap();
-    std::fs::copy(
-        root.join("vendor-manifest.toml"),
-        copy.join("vendor-manifest.toml"),
-    )
-    .unwrap();
-    for e in std::fs::read_dir(root.join("patches")).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), copy.join("patches").join(e.file_name())).unwrap();
-    }
+    copy_project(&root, &copy);
     let old_pin = pinned_tree();
     let pin35 = root.join("tests/fixtures/pin-llama-cpp-python-0.3.35.toml");
     let tree35 = {

@@ -212,39 +212,14 @@ fn an_interrupted_rebase_leaves_the_repository_as_before_or_rolls_forward() {
         edit_main(d, "main line 2\n", "main line 2 upstream\n")
     });
     let before = (manifest(&fx), fx.patches_snapshot());
+    let args = ["rebase", "--to", pin.to_str().unwrap()];
     for point in ["rebase-before-write", "series-before-swap"] {
-        let mut child = fx
-            .cmd(&["rebase", "--to", pin.to_str().unwrap()])
-            .env("POLYKV_FORGE_FAILPOINT", point)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::BufRead;
-        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        while err.read_line(&mut line).unwrap() > 0 && !line.contains("failpoint") {
-            line.clear();
-        }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        fx.kill_at(&args, point);
         assert_eq!((manifest(&fx), fx.patches_snapshot()), before, "{point}");
         fx.ok(&["verify"]);
     }
     // Killed between the two renames: the next command rolls forward.
-    let mut child = fx
-        .cmd(&["rebase", "--to", pin.to_str().unwrap()])
-        .env("POLYKV_FORGE_FAILPOINT", "series-after-swap")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::BufRead;
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while err.read_line(&mut line).unwrap() > 0 && !line.contains("failpoint") {
-        line.clear();
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    fx.kill_at(&args, "series-after-swap");
     let out = fx.run(&["verify"]);
     assert_eq!(out.code, 0, "{}", out.dump("verify after roll-forward"));
     assert!(

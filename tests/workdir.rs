@@ -136,31 +136,6 @@ fn two_applies_at_once_lock_the_workdir() {
     assert_eq!(state_tree(&fx), fx.tree);
 }
 
-fn kill_at(fx: &Fx, point: &str) {
-    let mut child = fx
-        .cmd(&["apply"])
-        .env("POLYKV_FORGE_FAILPOINT", point)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Wait until the failpoint is reached (it prints a line), then SIGKILL.
-    use std::io::BufRead;
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "apply ended before the failpoint"
-        );
-        if line.contains("failpoint") {
-            break;
-        }
-    }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-}
-
 #[test]
 fn kill_9_during_apply_leaves_the_old_tree_or_the_new_one() {
     let fx = Fx::new();
@@ -168,7 +143,7 @@ fn kill_9_during_apply_leaves_the_old_tree_or_the_new_one() {
     let old = fx.workdir_snapshot();
     one_patch(&fx);
 
-    kill_at(&fx, "apply-before-swap");
+    fx.kill_at(&["apply"], "apply-before-swap");
     assert_eq!(
         fx.workdir_snapshot(),
         old,
@@ -178,7 +153,7 @@ fn kill_9_during_apply_leaves_the_old_tree_or_the_new_one() {
     let st: serde_json::Value = serde_json::from_str(&fx.ok(&["status", "--json"])).unwrap();
     assert_eq!(st["workdir"]["state"], "clean");
 
-    kill_at(&fx, "apply-after-swap");
+    fx.kill_at(&["apply"], "apply-after-swap");
     assert_ne!(
         state_tree(&fx),
         fx.tree,
