@@ -14,6 +14,8 @@ use crate::error::CheckFailed;
 use crate::fsx;
 
 pub const MANIFEST: &str = "forge-manifest.json";
+/// Bumped when what a manifest records changes; older manifests are rebuilt.
+pub const MANIFEST_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -83,12 +85,28 @@ pub struct Plan {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Artifact {
     pub path: String,
+    /// For a symlink (e.g. `libggml-cpu.so -> libggml-cpu.so.0`): its target.
+    /// Size and sha256 are then those of the file it resolves to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
     pub size: u64,
     pub sha256: String,
 }
 
+/// Whether a file name in bin/ is a shared library (`libx.so`, `libx.so.0.25.3`, `libx.dylib`).
+fn is_library(name: &str) -> bool {
+    name.ends_with(".dylib")
+        || name.ends_with(".so")
+        || name.split_once(".so.").is_some_and(|(_, v)| {
+            v.split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        })
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BuildManifest {
+    #[serde(default)]
+    pub format: u32,
     pub key: String,
     pub variant: Variant,
     pub tree: String,
@@ -334,7 +352,8 @@ pub fn sha256_file(path: &Path) -> Result<String> {
     crate::source::sha256_file(path)
 }
 
-/// The files a build produced for its targets: the binaries and every shared library in bin/.
+/// The files a build produced for its targets: the binaries, and every
+/// shared library in bin/ — versioned files and the symlinks to them alike.
 fn collect_artifacts(build_dir: &Path, targets: &[String]) -> Result<Vec<Artifact>> {
     let bin = build_dir.join("bin");
     let mut out = Vec::new();
@@ -342,9 +361,7 @@ fn collect_artifacts(build_dir: &Path, targets: &[String]) -> Result<Vec<Artifac
     if let Ok(rd) = std::fs::read_dir(&bin) {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            let is_lib = n.ends_with(".so") || n.ends_with(".dylib");
-            let real_file = e.file_type().map(|t| t.is_file()).unwrap_or(false);
-            if is_lib && real_file {
+            if is_library(&n) {
                 names.push(n);
             }
         }
@@ -359,14 +376,29 @@ fn collect_artifacts(build_dir: &Path, targets: &[String]) -> Result<Vec<Artifac
             }
             continue;
         }
-        let meta = std::fs::metadata(&p).with_context(|| format!("reading {}", p.display()))?;
-        out.push(Artifact {
-            path: format!("bin/{n}"),
-            size: meta.len(),
-            sha256: sha256_file(&p)?,
-        });
+        out.push(describe(&p, format!("bin/{n}"))?);
     }
     Ok(out)
+}
+
+/// Size and hash of what `p` resolves to, and its link target if it is a symlink.
+fn describe(p: &Path, rel: String) -> Result<Artifact> {
+    let link = match std::fs::symlink_metadata(p) {
+        Ok(m) if m.file_type().is_symlink() => Some(
+            std::fs::read_link(p)
+                .with_context(|| format!("reading link {}", p.display()))?
+                .display()
+                .to_string(),
+        ),
+        _ => None,
+    };
+    let meta = std::fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
+    Ok(Artifact {
+        path: rel,
+        link,
+        size: meta.len(),
+        sha256: sha256_file(p)?,
+    })
 }
 
 pub fn load_manifest(build_dir: &Path) -> Result<Option<BuildManifest>> {
@@ -385,11 +417,18 @@ pub fn check_artifacts(build_dir: &Path, m: &BuildManifest) -> Result<Vec<String
     let mut problems = Vec::new();
     for a in &m.artifacts {
         let p = build_dir.join(&a.path);
-        match std::fs::metadata(&p) {
+        match describe(&p, a.path.clone()) {
             Err(_) => problems.push(format!("{}: missing", a.path)),
-            Ok(meta) => {
-                let sha = sha256_file(&p)?;
-                if meta.len() != a.size || sha != a.sha256 {
+            Ok(now) if now.link != a.link => problems.push(format!(
+                "{}: links to {} instead of {} — a stale or foreign library; rebuild with `polykv-forge build --{}`",
+                a.path,
+                now.link.as_deref().unwrap_or("nothing (a plain file)"),
+                a.link.as_deref().unwrap_or("nothing (a plain file)"),
+                m.variant.name()
+            )),
+            Ok(now) => {
+                let sha = now.sha256;
+                if now.size != a.size || sha != a.sha256 {
                     problems.push(format!(
                         "{}: sha256 {} differs from the manifest's {} — a stale or foreign binary; rebuild with `polykv-forge build --{}`",
                         a.path,
@@ -417,6 +456,16 @@ pub fn check(plan: &Plan) -> Result<BuildManifest> {
         });
     };
     let mut problems = check_artifacts(dir, &m)?;
+    if m.format != MANIFEST_FORMAT {
+        problems.insert(
+            0,
+            format!(
+                "{MANIFEST} has format {} (this polykv-forge writes {MANIFEST_FORMAT}); run `polykv-forge build --{}`",
+                m.format,
+                plan.variant.name()
+            ),
+        );
+    }
     if m.key != plan.key {
         problems.insert(
             0,
@@ -461,7 +510,11 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     }
     if let Some(m) = load_manifest(&dir)? {
         let has_targets = plan.targets.iter().all(|t| m.targets.contains(t));
-        if m.key == plan.key && has_targets && check_artifacts(&dir, &m)?.is_empty() {
+        if m.format == MANIFEST_FORMAT
+            && m.key == plan.key
+            && has_targets
+            && check_artifacts(&dir, &m)?.is_empty()
+        {
             return Ok(Outcome {
                 up_to_date: true,
                 manifest: m,
@@ -504,6 +557,7 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     }
     let artifacts = collect_artifacts(&dir, &targets)?;
     let m = BuildManifest {
+        format: MANIFEST_FORMAT,
         key: plan.key.clone(),
         variant: plan.variant,
         tree: plan.tree.clone(),
@@ -612,6 +666,21 @@ fn last_error(log: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn library_names() {
+        for yes in [
+            "libggml-cpu.so",
+            "libggml-cpu.so.0",
+            "libggml-cpu.so.0.25.3",
+            "libx.dylib",
+        ] {
+            assert!(is_library(yes), "{yes}");
+        }
+        for no in ["llama-cli", "libx.so.orig", "libx.so.", "notes.txt"] {
+            assert!(!is_library(no), "{no}");
+        }
+    }
 
     #[test]
     fn ninja_lines() {

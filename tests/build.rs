@@ -73,7 +73,16 @@ fn build_manifest_check_tamper_and_gates() {
         .iter()
         .map(|a| a["path"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(arts, vec!["bin/libggml-cpu.so", "bin/llama-completion"]);
+    // The versioned library and both symlinks to it, as upstream lays them out.
+    assert_eq!(
+        arts,
+        vec![
+            "bin/libggml-cpu.so",
+            "bin/libggml-cpu.so.0",
+            "bin/libggml-cpu.so.0.1.0",
+            "bin/llama-completion"
+        ]
+    );
     let v: serde_json::Value =
         serde_json::from_str(&fx.ok(&["build", "--target", "llama-completion", "--json"])).unwrap();
     assert_eq!(v["up_to_date"], true, "same key, artifacts intact: a no-op");
@@ -108,6 +117,17 @@ fn build_manifest_check_tamper_and_gates() {
         "{out}"
     );
     std::fs::write(&lib, &good).unwrap();
+    fx.ok(&["build", "--check"]);
+    // A library swapped for a plain copy (the link replaced) is refused too.
+    std::fs::remove_file(&lib).unwrap();
+    std::fs::write(&lib, &good).unwrap();
+    let out = fx.fails(&["build", "--check"], 1);
+    assert!(
+        out.contains("links to nothing (a plain file) instead of libggml-cpu.so.0"),
+        "{out}"
+    );
+    std::fs::remove_file(&lib).unwrap();
+    std::os::unix::fs::symlink("libggml-cpu.so.0", &lib).unwrap();
     fx.ok(&["build", "--check"]);
 
     // A new patch: the build no longer matches the chain.

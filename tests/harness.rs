@@ -343,6 +343,7 @@ project(synthetic C)
 set(CMAKE_LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 add_library(ggml-cpu SHARED src/lib.c)
+set_target_properties(ggml-cpu PROPERTIES VERSION 0.1.0 SOVERSION 0)
 add_executable(llama-completion src/tool.c)
 target_link_libraries(llama-completion ggml-cpu)
 ";
