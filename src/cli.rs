@@ -146,6 +146,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: GateCmd,
     },
+    /// Generate code: Lloyd-Max codebooks for the TurboQuant KV types.
+    Gen {
+        #[command(subcommand)]
+        cmd: GenCmd,
+    },
     /// Test models: fetch them (pinned by sha256) or list them.
     Model {
         #[command(subcommand)]
@@ -204,6 +209,26 @@ enum GateCmd {
     },
     /// Markdown tables of the latest results in build/gates/ (for docs/ and closing notes).
     Report,
+}
+
+#[derive(Subcommand, Debug)]
+enum GenCmd {
+    /// Converged Lloyd-Max codebooks for the coordinates of rotated unit vectors.
+    Codebooks {
+        /// Bits per coordinate (repeatable; default 2, 3, 4).
+        #[arg(long = "bits", value_name = "B")]
+        bits: Vec<u32>,
+        /// Group dimension (the rotation group: 128, or 64 for head dim 64).
+        #[arg(long, default_value_t = 128)]
+        dim: u32,
+        #[arg(long, value_enum, default_value_t = crate::gen::codebook::Dist::Gaussian)]
+        dist: crate::gen::codebook::Dist,
+        /// Print a C header (the form the turbo patch carries).
+        #[arg(long)]
+        c_header: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -859,6 +884,47 @@ fn run(cli: &Cli) -> Result<i32> {
                 }
             }
         }
+        Cmd::Gen { cmd } => match cmd {
+            GenCmd::Codebooks {
+                bits,
+                dim,
+                dist,
+                c_header,
+                json,
+            } => {
+                let bits = if bits.is_empty() {
+                    vec![2, 3, 4]
+                } else {
+                    bits.clone()
+                };
+                let books: Vec<_> = bits
+                    .iter()
+                    .map(|b| crate::gen::codebook::generate(*b, *dim, *dist))
+                    .collect::<Result<_>>()?;
+                if *json {
+                    print_json(&books)?;
+                } else if *c_header {
+                    print!("{}", crate::gen::codebook::c_header(&books));
+                } else {
+                    for b in &books {
+                        let pos: Vec<String> = b.centroids[b.centroids.len() / 2..]
+                            .iter()
+                            .map(|c| format!("{c:.5}"))
+                            .collect();
+                        println!(
+                            "{} bits, dim {}, {:?}: ±[{}]  MSE/coord (unit variance) {:.6}  ({} iterations)",
+                            b.bits,
+                            b.dim,
+                            b.dist,
+                            pos.join(", "),
+                            b.mse_unit,
+                            b.iterations
+                        );
+                    }
+                }
+                Ok(0)
+            }
+        },
         Cmd::Model { cmd } => {
             let store = project.store()?;
             let models = &project.manifest.models;

@@ -12,6 +12,7 @@ pub mod error;
 pub mod failpoint;
 pub mod fsx;
 pub mod gate;
+pub mod gen;
 pub mod manifest;
 pub mod model;
 pub mod paths;
