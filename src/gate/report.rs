@@ -69,6 +69,7 @@ impl GateResult {
 }
 
 pub fn fmt_num(v: f64) -> String {
+    let v = if v == 0.0 { 0.0 } else { v }; // no "-0"
     if v.fract() == 0.0 && v.abs() < 1e9 {
         format!("{v:.0}")
     } else if v.abs() >= 100.0 {
