@@ -96,32 +96,33 @@ pub fn numbered(prefix: &str, n: usize) -> String {
     (1..=n).map(|i| format!("{prefix} line {i}\n")).collect()
 }
 
-pub fn git_tree_id(dir: &Path, home: &Path) -> String {
-    let scratch = tempfile::tempdir().unwrap();
-    let g = |args: &[&str]| {
-        let o = env_cmd("git", home)
-            .arg("--git-dir")
-            .arg(scratch.path())
-            .arg("--work-tree")
-            .arg(dir)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap()
-    };
+/// Runs git in `dir` with the deterministic environment; asserts success.
+pub fn git(home: &Path, dir: &Path, args: &[&str]) -> String {
     let o = env_cmd("git", home)
-        .args(["init", "-q", "--bare"])
-        .arg(scratch.path())
+        .args(args)
+        .current_dir(dir)
         .output()
         .unwrap();
-    assert!(o.status.success());
-    g(&["-c", "core.autocrlf=false", "add", "-A", "-f", "."]);
-    g(&["write-tree"]).trim().to_string()
+    assert!(
+        o.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The git tree id of a directory, by git itself (an independent check).
+pub fn git_tree_id(dir: &Path, home: &Path) -> String {
+    let scratch = tempfile::tempdir().unwrap();
+    let gd = scratch.path().to_str().unwrap();
+    git(home, dir, &["init", "-q", "--bare", gd]);
+    let with = |args: &[&str]| {
+        let mut a = vec!["--git-dir", gd, "--work-tree", "."];
+        a.extend_from_slice(args);
+        git(home, dir, &a)
+    };
+    with(&["-c", "core.autocrlf=false", "add", "-A", "-f", "."]);
+    with(&["write-tree"]).trim().to_string()
 }
 
 impl Fx {
@@ -232,17 +233,7 @@ impl Fx {
     }
 
     pub fn git(&self, dir: &Path, args: &[&str]) -> String {
-        let o = env_cmd("git", &self.home)
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        git(&self.home, dir, args)
     }
 
     /// `edit --force`, change the stack with `f`, commit with `msg`, `export`.

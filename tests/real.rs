@@ -240,19 +240,11 @@ fn real_rebase_between_pins_and_back() {
                 std::fs::write(&p, resolve(&t)).unwrap();
             }
         }
-        let g = |args: &[&str]| {
-            let o = env_cmd("git", &home)
-                .args(args)
-                .current_dir(&stack)
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "git {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        };
-        g(&["commit", "-q", "-a", "--amend", "--no-edit"]);
+        git(
+            &home,
+            &stack,
+            &["commit", "-q", "-a", "--amend", "--no-edit"],
+        );
         let o = forge(
             &copy,
             &home,
