@@ -175,12 +175,28 @@ pub fn export(
             repo.state()
         );
     }
-    let statuses = repo.statuses(Some(git2::StatusOptions::new().include_untracked(false)))?;
+    // Untracked files count too: a new file left out of a commit would be
+    // silently missing from the export.
+    let statuses = repo.statuses(Some(
+        git2::StatusOptions::new()
+            .include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false),
+    ))?;
     if !statuses.is_empty() {
+        let mut names: Vec<String> = statuses
+            .iter()
+            .take(10)
+            .map(|e| e.path().unwrap_or("?").to_string())
+            .collect();
+        if statuses.len() > 10 {
+            names.push(format!("… and {} more", statuses.len() - 10));
+        }
         bail!(
-            "{}: uncommitted changes in {} file(s); commit them (a new commit, or `git commit --amend`/fixup) before exporting",
+            "{}: uncommitted changes in {} file(s); commit them (a new commit, or `git commit --amend`/fixup) before exporting:\n  {}",
             from.display(),
-            statuses.len()
+            statuses.len(),
+            names.join("\n  ")
         );
     }
     let head = repo

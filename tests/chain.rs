@@ -119,6 +119,13 @@ fn export_refuses_a_stack_on_another_base_and_a_dirty_stack() {
     main_change(&s, "polykv: 0001");
     let out = fx.fails(&["export"], 2);
     assert!(out.contains("uncommitted changes"), "{out}");
+    // A new file not added to a commit is refused too, not silently dropped.
+    fx.git(&s, &["checkout", "-q", "--", "src/main.c"]);
+    std::fs::write(s.join("src/forgotten.c"), "// polykv: 0001\n").unwrap();
+    let out = fx.fails(&["export"], 2);
+    assert!(out.contains("src/forgotten.c"), "{out}");
+    std::fs::remove_file(s.join("src/forgotten.c")).unwrap();
+    main_change(&s, "polykv: 0001");
     fx.git(&s, &["checkout", "-q", "--orphan", "other"]);
     fx.git(&s, &["add", "-A"]);
     fx.git(&s, &["commit", "-q", "-m", "not the pin"]);
