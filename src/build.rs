@@ -155,11 +155,7 @@ pub fn find_nvcc() -> Option<PathBuf> {
             return Some(p);
         }
     }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join("nvcc"))
-            .find(|p| p.is_file())
-    })
+    which("nvcc")
 }
 
 fn which(program: &str) -> Option<PathBuf> {
