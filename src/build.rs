@@ -44,6 +44,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "llama-bench",
     "test-backend-ops",
     "test-quantize-fns",
+    "test-polykv-kv-shift",
 ];
 
 /// What the user asked for.

@@ -146,10 +146,22 @@ enum Cmd {
         #[command(subcommand)]
         cmd: GateCmd,
     },
-    /// Generate code: Lloyd-Max codebooks for the TurboQuant KV types.
+    /// Generate code: write the files patches/generated.toml declares into the
+    /// edit stack, or (--check) prove the chain carries exactly them.
+    #[command(args_conflicts_with_subcommands = true)]
     Gen {
         #[command(subcommand)]
-        cmd: GenCmd,
+        cmd: Option<GenCmd>,
+        /// Compare the chain's final tree with the generators; write nothing.
+        #[arg(long)]
+        check: bool,
+        /// The edit stack to write into (default: work/edit in the project).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        src: SourceArgs,
+        #[arg(long)]
+        json: bool,
     },
     /// Test models: fetch them (pinned by sha256) or list them.
     Model {
@@ -778,6 +790,7 @@ fn run(cli: &Cli) -> Result<i32> {
                         variant: &'a str,
                         models: &'a [String],
                         benchmark: bool,
+                        manual: Option<&'a str>,
                     }
                     let rows: Vec<Row> = gates
                         .iter()
@@ -787,6 +800,7 @@ fn run(cli: &Cli) -> Result<i32> {
                             variant: g.variant.name(),
                             models: &g.models,
                             benchmark: g.benchmark,
+                            manual: g.manual.as_deref(),
                         })
                         .collect();
                     if *json {
@@ -794,10 +808,11 @@ fn run(cli: &Cli) -> Result<i32> {
                     } else {
                         for r in rows {
                             println!(
-                                "{:<14} [{}{}] {}",
+                                "{:<14} [{}{}{}] {}",
                                 r.name,
                                 r.variant,
                                 if r.benchmark { ", benchmark" } else { "" },
+                                if r.manual.is_some() { ", manual" } else { "" },
                                 r.description
                             );
                         }
@@ -855,6 +870,16 @@ fn run(cli: &Cli) -> Result<i32> {
                     };
                     let mut results = Vec::new();
                     for spec in chosen {
+                        if let (true, Some(why)) = (*all, &spec.manual) {
+                            // Not a result: its last real run (if any) stays in build/gates/.
+                            if !*json {
+                                println!(
+                                    "gate {}: not run by --all (manual: {why}); run it with `polykv-forge gate run {}`",
+                                    spec.name, spec.name
+                                );
+                            }
+                            continue;
+                        }
                         let r = project.run_gate(spec, &dir)?;
                         if !*json {
                             print_gate(&r);
@@ -884,7 +909,90 @@ fn run(cli: &Cli) -> Result<i32> {
                 }
             }
         }
-        Cmd::Gen { cmd } => match cmd {
+        Cmd::Gen {
+            cmd: None,
+            check,
+            dir,
+            src,
+            json,
+        } => {
+            let outputs = crate::gen::outputs(&project.patches_dir)?;
+            if *check {
+                let store = project.store()?;
+                let (base, _) = project.base(&store, src.source.as_deref(), false)?;
+                let series = project.series()?;
+                let report =
+                    chain::verify::run(&store.repo, base, &series.patches, &project.patches_dir)?;
+                let problems: Vec<String> = report
+                    .checks
+                    .iter()
+                    .filter(|c| c.name == "apply" || c.name == "generated")
+                    .flat_map(|c| {
+                        c.problems.iter().cloned().chain(
+                            c.skipped
+                                .iter()
+                                .map(|why| format!("generated files not checked: {why}")),
+                        )
+                    })
+                    .collect();
+                let ok = problems.is_empty();
+                if *json {
+                    #[derive(Serialize)]
+                    struct Out<'a> {
+                        ok: bool,
+                        files: &'a [crate::gen::Output],
+                        problems: &'a [String],
+                    }
+                    print_json(&Out {
+                        ok,
+                        files: &outputs,
+                        problems: &problems,
+                    })?;
+                } else {
+                    for p in &problems {
+                        eprintln!("error: {p}");
+                    }
+                    println!(
+                        "gen --check: {} — {} generated file(s) declared in patches/{}",
+                        if ok { "ok" } else { "FAILED" },
+                        outputs.len(),
+                        crate::gen::DECL_FILE
+                    );
+                }
+                if !ok {
+                    return Err(CheckFailed {
+                        summary: format!("gen --check: {} problem(s)", problems.len()),
+                    }
+                    .into());
+                }
+                return Ok(0);
+            }
+            let stack = match dir {
+                Some(d) => crate::fsx::absolute(d)?,
+                None => project.root.join("work").join("edit"),
+            };
+            let written = crate::gen::write(&stack, &outputs)?;
+            if *json {
+                print_json(&written)?;
+            } else {
+                for w in &written {
+                    println!(
+                        "  {} {} ({})",
+                        if w.changed { "wrote    " } else { "unchanged" },
+                        w.path,
+                        w.generator
+                    );
+                }
+                if written.iter().any(|w| w.changed) {
+                    println!(
+                        "gen: commit the changes in {} (in the patch that owns them), then run `polykv-forge export`",
+                        stack.display()
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Cmd::Gen { cmd: Some(cmd), .. } => match cmd {
             GenCmd::Codebooks {
                 bits,
                 dim,

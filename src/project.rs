@@ -223,6 +223,7 @@ impl Project {
         let mut rows = match spec.kind {
             crate::gate::Kind::Command => crate::gate::engine::run_commands(spec, &ctx),
             crate::gate::Kind::Needle => crate::gate::needle::run(spec, &ctx),
+            crate::gate::Kind::Decode => crate::gate::decode::run(spec, &ctx),
         };
         let ok = crate::gate::engine::finish(spec, &mut rows);
         Ok(GateResult {
@@ -237,6 +238,7 @@ impl Project {
             tree: Some(manifest.tree.clone()),
             columns: crate::gate::engine::columns(spec, &rows),
             rows,
+            notes: crate::gate::engine::notes(spec),
         })
     }
 

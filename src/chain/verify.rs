@@ -1,4 +1,6 @@
-//! `verify`: every proof the chain owes, run on the pristine base.
+//! `verify`: every proof the chain owes, run on the pristine base: strict
+//! apply, lock, reverse, canonical re-export, ownership, markers, and the
+//! generated files against their generators.
 
 use anyhow::Result;
 use git2::{Oid, Repository};
@@ -101,7 +103,7 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
     checks.push(check("lock", lock_problems));
 
     if !applied {
-        for name in ["reverse", "export", "ownership", "markers"] {
+        for name in ["reverse", "export", "ownership", "markers", "generated"] {
             checks.push(skipped(name, "the chain does not apply"));
         }
     } else {
@@ -165,6 +167,14 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
         checks.push(check(
             "markers",
             mk.unwrap_or_else(|e| vec![format!("{e:#}")]),
+        ));
+
+        // 7. Generated files: byte-identical to what `polykv-forge gen` writes.
+        let final_tree = trees.last().copied().unwrap_or(base);
+        let gen = crate::gen::outputs(dir).and_then(|o| crate::gen::check(repo, final_tree, &o));
+        checks.push(check(
+            "generated",
+            gen.unwrap_or_else(|e| vec![format!("{e:#}")]),
         ));
     }
 

@@ -290,10 +290,60 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
             }
         }
     }
+    // The frontier limit, from the reference row of the same model.
+    let mut frontier_limit: Vec<Option<f64>> = vec![None; rows.len()];
+    if let Some(f) = &spec.frontier {
+        for (i, r) in rows.iter_mut().enumerate() {
+            if !f.configs.contains(&r.config) {
+                continue;
+            }
+            let reference = snapshot
+                .iter()
+                .find(|(m, c, _)| *m == r.model && *c == f.reference)
+                .and_then(|(_, _, figs)| figs.get(&f.figure).copied());
+            // The bits may be a derived figure, which the snapshot predates.
+            let ref_bits = rows_bits(&snapshot, &r.model, &f.reference, spec, &f.bits);
+            if let (Some(ref_value), Some(ref_bits), Some(bits)) =
+                (reference, ref_bits, r.figures.get(&f.bits).copied())
+            {
+                let limit = ref_value * f.slope.powf(ref_bits - bits);
+                r.figures.insert(f.limit_name.clone(), limit);
+                frontier_limit[i] = Some(limit);
+            }
+        }
+    }
     let mut all_ok = true;
-    for r in rows.iter_mut() {
+    for (i, r) in rows.iter_mut().enumerate() {
         let cfg = spec.configs.iter().find(|c| c.name == r.config);
         let mut checks = Vec::new();
+        if let Some(f) = spec
+            .frontier
+            .as_ref()
+            .filter(|f| f.configs.contains(&r.config))
+        {
+            let value = r.figures.get(&f.figure).copied();
+            // No limit (the reference or the bits are missing) fails the check.
+            let limit = frontier_limit[i];
+            let on = matches!((value, limit), (Some(v), Some(l)) if v <= l);
+            r.figures
+                .insert("frontier_ok".into(), if on { 1.0 } else { 0.0 });
+            let report_only = f
+                .report_only
+                .iter()
+                .any(|x| x.config == r.config && x.model.as_ref().is_none_or(|m| *m == r.model));
+            checks.push(Check {
+                figure: f.figure.clone(),
+                op: format!(
+                    "frontier({}){}",
+                    f.reference,
+                    if report_only { ", reported only" } else { "" }
+                ),
+                // JSON has no NaN: a missing limit shows as 0 and fails.
+                threshold: limit.unwrap_or(0.0),
+                value,
+                ok: on || report_only,
+            });
+        }
         let mut add = |bounds: &BTreeMap<String, f64>, op: &str| {
             for (fig, th) in bounds {
                 let value = r.figures.get(fig).copied();
@@ -322,6 +372,65 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
         all_ok &= r.ok;
     }
     all_ok
+}
+
+/// A figure of the row (model, config), computing a derived `bits` figure
+/// from the snapshot when the row's own figures do not hold it yet.
+fn rows_bits(
+    snapshot: &[(String, String, BTreeMap<String, f64>)],
+    model: &str,
+    config: &str,
+    spec: &Spec,
+    bits: &str,
+) -> Option<f64> {
+    let figs = snapshot
+        .iter()
+        .find(|(m, c, _)| m == model && c == config)
+        .map(|(_, _, f)| f)?;
+    if let Some(v) = figs.get(bits) {
+        return Some(*v);
+    }
+    let d = spec.derived.iter().find(|d| d.name == bits)?;
+    let base = match (&d.over, &d.per) {
+        (Some(over), _) => snapshot
+            .iter()
+            .find(|(m, c, _)| m == model && c == over)
+            .and_then(|(_, _, f)| f.get(&d.figure).copied()),
+        (None, Some(per)) => figs.get(per).copied(),
+        (None, None) => None,
+    }?;
+    let v = figs.get(&d.figure).copied()?;
+    (base != 0.0).then(|| d.scale * v / base)
+}
+
+/// Lines the report prints under the table: the frontier rule and the rows
+/// it only reports, with their reasons.
+pub fn notes(spec: &Spec) -> Vec<String> {
+    let Some(f) = &spec.frontier else {
+        return Vec::new();
+    };
+    let mut out = vec![format!(
+        "Frontier rule: {} ≤ {}({}) × {}^(bits({}) − bits) per model, same run; the limit is `{}`, `frontier_ok` 1 = on or below it. Enforced for: {}.",
+        f.figure, f.figure, f.reference, f.slope, f.reference, f.limit_name,
+        f.configs
+            .iter()
+            .filter(|c| !f.report_only.iter().any(|x| &x.config == *c && x.model.is_none()))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    )];
+    for x in &f.report_only {
+        out.push(format!(
+            "Reported, not enforced: {}{}: {}",
+            x.config,
+            x.model
+                .as_ref()
+                .map(|m| format!(" on {m}"))
+                .unwrap_or_default(),
+            x.why
+        ));
+    }
+    out
 }
 
 /// Figure names in display order: parsed, then derived, then any others.
@@ -417,5 +526,77 @@ max = { kld = 0.05 }
         assert!(rows[0].ok);
         assert!(!rows[1].ok);
         assert_eq!(rows[1].figures["ratio"], 3.0);
+    }
+
+    /// The frontier limit comes from the reference row of the same run, with
+    /// derived bits, and a configuration above it fails.
+    #[test]
+    fn frontier_rule() {
+        let s = spec(
+            r#"
+name = "t"
+description = "d"
+[[figures]]
+name = "kld"
+regex = 'x'
+[[figures]]
+name = "mib"
+regex = 'y'
+[[derived]]
+name = "bpv"
+figure = "mib"
+over = "f16"
+scale = 16.0
+[frontier]
+figure = "kld"
+bits = "bpv"
+reference = "q4"
+slope = 4.0
+limit_name = "kld_limit"
+configs = ["t3", "t2"]
+[[configs]]
+name = "f16"
+[[configs]]
+name = "q4"
+[[configs]]
+name = "t3"
+[[configs]]
+name = "t2"
+"#,
+        );
+        let row = |config: &str, kld: f64, mib: f64| Row {
+            model: "m".into(),
+            config: config.into(),
+            figures: [("kld".to_string(), kld), ("mib".to_string(), mib)].into(),
+            ..Default::default()
+        };
+        // bits: f16 16, q4 4.5, t3 3.5, t2 2.5 → limits 0.1·4 = 0.4 and 0.1·16 = 1.6
+        let mut rows = vec![
+            row("f16", 0.0, 32.0),
+            row("q4", 0.1, 9.0),
+            row("t3", 0.39, 7.0),
+            row("t2", 1.7, 5.0),
+        ];
+        assert!(!finish(&s, &mut rows));
+        assert!((rows[2].figures["kld_limit"] - 0.4).abs() < 1e-12);
+        assert!(rows[2].ok);
+        assert!((rows[3].figures["kld_limit"] - 1.6).abs() < 1e-12);
+        assert!(!rows[3].ok);
+        assert!(rows[0].ok && rows[1].ok);
+        assert!(!rows[0].figures.contains_key("kld_limit"));
+        assert_eq!(rows[3].figures["frontier_ok"], 0.0);
+
+        // A reported-only row shows the miss without failing the gate.
+        let mut s = s;
+        if let Some(f) = s.frontier.as_mut() {
+            f.report_only.push(crate::gate::ReportOnly {
+                config: "t2".into(),
+                model: None,
+                why: "w".into(),
+            });
+        }
+        assert!(finish(&s, &mut rows));
+        assert_eq!(rows[3].figures["frontier_ok"], 0.0);
+        assert!(rows[3].ok);
     }
 }

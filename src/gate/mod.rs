@@ -4,10 +4,12 @@
 //! table and writes `build/gates/<name>.json`. A gate that cannot run is
 //! "skipped: why", never "passed".
 
+pub mod decode;
 pub mod engine;
 pub mod http;
 pub mod needle;
 pub mod report;
+pub mod server;
 pub mod text;
 
 use anyhow::{bail, Context, Result};
@@ -25,6 +27,8 @@ pub enum Kind {
     Command,
     /// Passcode retrieval through llama-server's completion endpoint.
     Needle,
+    /// Teacher-forced single-token decode against the reference configuration's greedy tokens.
+    Decode,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -66,6 +70,44 @@ pub struct Spec {
     /// A benchmark: figures are recorded, thresholds are loose.
     #[serde(default)]
     pub benchmark: bool,
+    /// A rate-distortion frontier that configurations must sit on or below.
+    #[serde(default)]
+    pub frontier: Option<Frontier>,
+    /// Run only when named (`gate run NAME`), never by `--all`; the text says
+    /// why (e.g. it takes too long for a 2-core CI machine).
+    #[serde(default)]
+    pub manual: Option<String>,
+}
+
+/// The frontier rule: for each configuration in `configs`, `figure` must be
+/// at most `figure(reference) × slope^(bits(reference) − bits(row))`, the
+/// reference measured for the same model in the same run. With `slope` 4
+/// (the 6 dB-per-bit rate-distortion slope) a configuration one bit smaller
+/// than the reference may have 4x its error.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frontier {
+    pub figure: String,
+    pub bits: String,
+    pub reference: String,
+    pub slope: f64,
+    /// The limit is stored in each row as this figure.
+    pub limit_name: String,
+    pub configs: Vec<String>,
+    /// Rows whose frontier check is computed and shown but does not fail the
+    /// gate, each with the reason (a tier that falls short, said plainly).
+    #[serde(default)]
+    pub report_only: Vec<ReportOnly>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportOnly {
+    pub config: String,
+    /// Every model when absent.
+    #[serde(default)]
+    pub model: Option<String>,
+    pub why: String,
 }
 
 fn default_variant() -> Variant {
@@ -170,6 +212,16 @@ impl Spec {
                     path.display(),
                     d.name
                 ),
+            }
+        }
+        if let Some(f) = &spec.frontier {
+            for name in std::iter::once(&f.reference).chain(&f.configs) {
+                if !spec.configs.iter().any(|c| &c.name == name) {
+                    bail!(
+                        "{}: the frontier names configuration `{name}`, which the gate does not list",
+                        path.display()
+                    );
+                }
             }
         }
         Ok(spec)

@@ -48,6 +48,9 @@ pub struct GateResult {
     /// Figure names in display order.
     pub columns: Vec<String>,
     pub rows: Vec<Row>,
+    /// What a reader must know beside the table (e.g. rows reported only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 impl GateResult {
@@ -64,6 +67,7 @@ impl GateResult {
             tree: None,
             columns: Vec::new(),
             rows: Vec::new(),
+            notes: Vec::new(),
         }
     }
 }
@@ -160,6 +164,12 @@ pub fn markdown(results: &[GateResult]) -> String {
         if !r.rows.is_empty() {
             out.push_str(&table(r));
             out.push_str("\n\n");
+        }
+        for n in &r.notes {
+            out.push_str(&format!("- {n}\n"));
+        }
+        if !r.notes.is_empty() {
+            out.push('\n');
         }
     }
     out

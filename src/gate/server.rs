@@ -1,0 +1,120 @@
+//! A llama-server process for the gates that talk to it over HTTP, killed
+//! when dropped.
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::http;
+use super::Spec;
+
+/// Kills the server when dropped.
+pub struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn param_f64s(spec: &Spec, key: &str, default: &[f64]) -> Vec<f64> {
+    match spec.params.get(key) {
+        Some(toml::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)))
+            .collect(),
+        _ => default.to_vec(),
+    }
+}
+
+pub fn start(argv: &[String], port: u16, log: &Path) -> Result<Server> {
+    let f = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(f.try_clone()?)
+        .stderr(f)
+        .spawn()
+        .with_context(|| format!("starting {}", argv[0]))?;
+    let mut server = Server { child, port };
+    let t = Instant::now();
+    loop {
+        if let Some(status) = server.child.try_wait()? {
+            bail!(
+                "llama-server exited during start-up ({status}); log: {}",
+                log.display()
+            );
+        }
+        if let Ok((200, _)) = http::request(port, "GET", "/health", None, Duration::from_secs(5)) {
+            return Ok(server);
+        }
+        if t.elapsed() > Duration::from_secs(180) {
+            bail!(
+                "llama-server did not become healthy in 180 s; log: {}",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+pub fn post(server: &Server, path: &str, body: &serde_json::Value) -> Result<serde_json::Value> {
+    let (status, text) = http::request(
+        server.port,
+        "POST",
+        path,
+        Some(&body.to_string()),
+        Duration::from_secs(900),
+    )?;
+    if status != 200 {
+        bail!(
+            "{path} answered {status}: {}",
+            text.chars().take(300).collect::<String>()
+        );
+    }
+    serde_json::from_str(&text).with_context(|| format!("parsing the reply of {path}"))
+}
+
+pub fn count_tokens(server: &Server, text: &str) -> Result<usize> {
+    let v = post(server, "/tokenize", &json!({ "content": text }))?;
+    Ok(v["tokens"].as_array().map(|a| a.len()).unwrap_or(0))
+}
+
+/// Starts the gate's server (its first `run` command) for one model and
+/// configuration on a free port; the log goes to the gate's scratch folder.
+pub fn start_for(
+    spec: &Spec,
+    ctx: &super::engine::Ctx,
+    model: &str,
+    c: &super::Config,
+) -> Result<Server> {
+    let path = ctx
+        .models
+        .get(model)
+        .with_context(|| format!("model {model} is not available"))?;
+    let port = http::free_port()?;
+    let mut vars = super::engine::param_vars(spec);
+    vars.extend(c.vars.clone());
+    vars.insert("model".into(), path.display().to_string());
+    vars.insert("port".into(), port.to_string());
+    let server_cmd = spec.run.first().with_context(|| {
+        format!(
+            "gate {} needs the server command as its first `run` entry",
+            spec.name
+        )
+    })?;
+    let argv: Vec<String> = server_cmd
+        .iter()
+        .map(|a| super::engine::expand(a, &vars, &ctx.bin_dir))
+        .collect::<Result<_>>()?;
+    let log = ctx
+        .scratch
+        .join(format!("{model}-{}-server.log", c.name.replace('/', "_")));
+    start(&argv, port, &log)
+}
