@@ -45,6 +45,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "test-backend-ops",
     "test-quantize-fns",
     "test-polykv-kv-shift",
+    "test-polykv-turbo",
 ];
 
 /// What the user asked for.

@@ -368,7 +368,13 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
             add(&c.max, "max");
         }
         r.checks = checks;
-        r.ok = r.error.is_none() && r.checks.iter().all(|c| c.ok);
+        let reported = spec
+            .report_only
+            .iter()
+            .any(|x| x.config == r.config && x.model.as_ref().is_none_or(|m| *m == r.model));
+        let short = r.checks.iter().any(|c| !c.ok);
+        r.reported = reported && short && r.error.is_none();
+        r.ok = r.error.is_none() && (!short || reported);
         all_ok &= r.ok;
     }
     all_ok
@@ -406,10 +412,25 @@ fn rows_bits(
 /// Lines the report prints under the table: the frontier rule and the rows
 /// it only reports, with their reasons.
 pub fn notes(spec: &Spec) -> Vec<String> {
+    let mut out: Vec<String> = spec
+        .report_only
+        .iter()
+        .map(|x| {
+            format!(
+                "Reported, not enforced: {}{}: {}",
+                x.config,
+                x.model
+                    .as_ref()
+                    .map(|m| format!(" on {m}"))
+                    .unwrap_or_default(),
+                x.why
+            )
+        })
+        .collect();
     let Some(f) = &spec.frontier else {
-        return Vec::new();
+        return out;
     };
-    let mut out = vec![format!(
+    out.push(format!(
         "Frontier rule: {} ≤ {}({}) × {}^(bits({}) − bits) per model, same run; the limit is `{}`, `frontier_ok` 1 = on or below it. Enforced for: {}.",
         f.figure, f.figure, f.reference, f.slope, f.reference, f.limit_name,
         f.configs
@@ -418,7 +439,7 @@ pub fn notes(spec: &Spec) -> Vec<String> {
             .cloned()
             .collect::<Vec<_>>()
             .join(", ")
-    )];
+    ));
     for x in &f.report_only {
         out.push(format!(
             "Reported, not enforced: {}{}: {}",
@@ -598,5 +619,48 @@ name = "t2"
         assert!(finish(&s, &mut rows));
         assert_eq!(rows[3].figures["frontier_ok"], 0.0);
         assert!(rows[3].ok);
+    }
+
+    /// A reported-only row that misses a threshold passes the gate, marked;
+    /// an error on such a row still fails it.
+    #[test]
+    fn report_only_rows() {
+        let s = spec(
+            r#"
+name = "t"
+description = "d"
+[[figures]]
+name = "recall"
+regex = 'x'
+[min]
+recall = 0.5
+[[report_only]]
+config = "small"
+model = "m"
+why = "too coarse"
+[[configs]]
+name = "big"
+[[configs]]
+name = "small"
+"#,
+        );
+        let row = |model: &str, config: &str, recall: f64| Row {
+            model: model.into(),
+            config: config.into(),
+            figures: [("recall".to_string(), recall)].into(),
+            ..Default::default()
+        };
+        let mut rows = vec![row("m", "big", 1.0), row("m", "small", 0.0)];
+        assert!(finish(&s, &mut rows));
+        assert!(rows[1].ok && rows[1].reported);
+        assert!(!rows[0].reported);
+        assert!(notes(&s)[0].contains("small on m: too coarse"));
+        // Another model is not covered.
+        let mut rows = vec![row("n", "small", 0.0)];
+        assert!(!finish(&s, &mut rows));
+        // An error is never reported away.
+        let mut rows = vec![row("m", "small", 0.0)];
+        rows[0].error = Some("crashed".into());
+        assert!(!finish(&s, &mut rows));
     }
 }

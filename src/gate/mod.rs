@@ -77,6 +77,10 @@ pub struct Spec {
     /// why (e.g. it takes too long for a 2-core CI machine).
     #[serde(default)]
     pub manual: Option<String>,
+    /// Rows whose thresholds are evaluated and shown but do not fail the gate
+    /// (a known shortfall, said plainly); a row that errors still fails.
+    #[serde(default)]
+    pub report_only: Vec<ReportOnly>,
 }
 
 /// The frontier rule: for each configuration in `configs`, `figure` must be

@@ -31,6 +31,9 @@ pub struct Row {
     pub error: Option<String>,
     pub seconds: f64,
     pub ok: bool,
+    /// A threshold missed on a row the gate only reports (see the notes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reported: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -108,7 +111,7 @@ pub fn table(r: &GateResult) -> String {
             let failed = row.checks.iter().any(|k| &k.figure == c && !k.ok);
             cells.push(if failed { format!("**{v}** ✗") } else { v });
         }
-        let result = match (&row.error, row.ok) {
+        let result = match (&row.error, row.ok && !row.reported) {
             (Some(e), _) => format!("error: {}", e.lines().next().unwrap_or("")),
             (None, true) => "pass".into(),
             (None, false) => {
@@ -126,7 +129,15 @@ pub fn table(r: &GateResult) -> String {
                         )
                     })
                     .collect();
-                format!("FAIL ({})", bad.join("; "))
+                format!(
+                    "{} ({})",
+                    if row.reported {
+                        "short, reported"
+                    } else {
+                        "FAIL"
+                    },
+                    bad.join("; ")
+                )
             }
         };
         cells.push(result);
