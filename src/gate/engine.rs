@@ -290,7 +290,12 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
             }
         }
     }
-    // The frontier limit, from the reference row of the same model.
+    // The frontier limit, from the reference row of the same model (its
+    // figures taken again: the bits may be a derived figure).
+    let snapshot: Vec<(String, String, BTreeMap<String, f64>)> = rows
+        .iter()
+        .map(|r| (r.model.clone(), r.config.clone(), r.figures.clone()))
+        .collect();
     let mut frontier_limit: Vec<Option<f64>> = vec![None; rows.len()];
     if let Some(f) = &spec.frontier {
         for (i, r) in rows.iter_mut().enumerate() {
@@ -300,11 +305,9 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
             let reference = snapshot
                 .iter()
                 .find(|(m, c, _)| *m == r.model && *c == f.reference)
-                .and_then(|(_, _, figs)| figs.get(&f.figure).copied());
-            // The bits may be a derived figure, which the snapshot predates.
-            let ref_bits = rows_bits(&snapshot, &r.model, &f.reference, spec, &f.bits);
-            if let (Some(ref_value), Some(ref_bits), Some(bits)) =
-                (reference, ref_bits, r.figures.get(&f.bits).copied())
+                .map(|(_, _, figs)| (figs.get(&f.figure).copied(), figs.get(&f.bits).copied()));
+            if let (Some((Some(ref_value), Some(ref_bits))), Some(bits)) =
+                (reference, r.figures.get(&f.bits).copied())
             {
                 let limit = ref_value * f.slope.powf(ref_bits - bits);
                 r.figures.insert(f.limit_name.clone(), limit);
@@ -327,10 +330,7 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
             let on = matches!((value, limit), (Some(v), Some(l)) if v <= l);
             r.figures
                 .insert("frontier_ok".into(), if on { 1.0 } else { 0.0 });
-            let report_only = f
-                .report_only
-                .iter()
-                .any(|x| x.config == r.config && x.model.as_ref().is_none_or(|m| *m == r.model));
+            let report_only = f.report_only.iter().any(|x| x.covers(&r.model, &r.config));
             checks.push(Check {
                 figure: f.figure.clone(),
                 op: format!(
@@ -371,7 +371,7 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
         let reported = spec
             .report_only
             .iter()
-            .any(|x| x.config == r.config && x.model.as_ref().is_none_or(|m| *m == r.model));
+            .any(|x| x.covers(&r.model, &r.config));
         let short = r.checks.iter().any(|c| !c.ok);
         r.reported = reported && short && r.error.is_none();
         r.ok = r.error.is_none() && (!short || reported);
@@ -380,53 +380,10 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
     all_ok
 }
 
-/// A figure of the row (model, config), computing a derived `bits` figure
-/// from the snapshot when the row's own figures do not hold it yet.
-fn rows_bits(
-    snapshot: &[(String, String, BTreeMap<String, f64>)],
-    model: &str,
-    config: &str,
-    spec: &Spec,
-    bits: &str,
-) -> Option<f64> {
-    let figs = snapshot
-        .iter()
-        .find(|(m, c, _)| m == model && c == config)
-        .map(|(_, _, f)| f)?;
-    if let Some(v) = figs.get(bits) {
-        return Some(*v);
-    }
-    let d = spec.derived.iter().find(|d| d.name == bits)?;
-    let base = match (&d.over, &d.per) {
-        (Some(over), _) => snapshot
-            .iter()
-            .find(|(m, c, _)| m == model && c == over)
-            .and_then(|(_, _, f)| f.get(&d.figure).copied()),
-        (None, Some(per)) => figs.get(per).copied(),
-        (None, None) => None,
-    }?;
-    let v = figs.get(&d.figure).copied()?;
-    (base != 0.0).then(|| d.scale * v / base)
-}
-
 /// Lines the report prints under the table: the frontier rule and the rows
 /// it only reports, with their reasons.
 pub fn notes(spec: &Spec) -> Vec<String> {
-    let mut out: Vec<String> = spec
-        .report_only
-        .iter()
-        .map(|x| {
-            format!(
-                "Reported, not enforced: {}{}: {}",
-                x.config,
-                x.model
-                    .as_ref()
-                    .map(|m| format!(" on {m}"))
-                    .unwrap_or_default(),
-                x.why
-            )
-        })
-        .collect();
+    let mut out: Vec<String> = spec.report_only.iter().map(|x| x.note()).collect();
     let Some(f) = &spec.frontier else {
         return out;
     };
@@ -440,17 +397,7 @@ pub fn notes(spec: &Spec) -> Vec<String> {
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    for x in &f.report_only {
-        out.push(format!(
-            "Reported, not enforced: {}{}: {}",
-            x.config,
-            x.model
-                .as_ref()
-                .map(|m| format!(" on {m}"))
-                .unwrap_or_default(),
-            x.why
-        ));
-    }
+    out.extend(f.report_only.iter().map(|x| x.note()));
     out
 }
 

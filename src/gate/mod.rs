@@ -114,6 +114,23 @@ pub struct ReportOnly {
     pub why: String,
 }
 
+impl ReportOnly {
+    /// Whether this entry covers the row (model, config).
+    pub fn covers(&self, model: &str, config: &str) -> bool {
+        self.config == config && self.model.as_deref().is_none_or(|m| m == model)
+    }
+
+    /// The line the report prints for it.
+    pub fn note(&self) -> String {
+        let on = self
+            .model
+            .as_ref()
+            .map(|m| format!(" on {m}"))
+            .unwrap_or_default();
+        format!("Reported, not enforced: {}{on}: {}", self.config, self.why)
+    }
+}
+
 fn default_variant() -> Variant {
     Variant::Cpu
 }

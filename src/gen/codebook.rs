@@ -210,6 +210,14 @@ pub fn generate(bits: u32, dim: u32, dist: Dist) -> Result<Codebook> {
     })
 }
 
+/// Values as a C `float` initializer list (full precision).
+pub fn c_floats(v: &[f64]) -> String {
+    v.iter()
+        .map(|x| format!("{x:.9e}f"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The codebooks as a C header, for the patch that carries the turbo types.
 pub fn c_header(books: &[Codebook]) -> String {
     let mut s = String::from(
@@ -222,21 +230,15 @@ pub fn c_header(books: &[Codebook]) -> String {
             "// {} bits, dim {}, {:?}: MSE per coordinate {:.6} (unit variance)\n",
             b.bits, b.dim, b.dist, b.mse_unit
         ));
-        let list = |v: &[f64]| {
-            v.iter()
-                .map(|x| format!("{x:.9e}f"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         s.push_str(&format!(
             "static const float {name}_centroids[{}] = {{ {} }};\n",
             b.centroids.len(),
-            list(&b.centroids)
+            c_floats(&b.centroids)
         ));
         s.push_str(&format!(
             "static const float {name}_thresholds[{}] = {{ {} }};\n\n",
             b.thresholds.len(),
-            list(&b.thresholds)
+            c_floats(&b.thresholds)
         ));
     }
     s

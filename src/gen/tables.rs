@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 
-use super::codebook::{self, Codebook, Dist};
+use super::codebook::{self, c_floats, Codebook, Dist};
 
 /// Bumped whenever the layout or the numbers of the turbo types change;
 /// the patch records it in saved KV state, so state of another layout is
@@ -53,13 +53,6 @@ pub fn codebooks() -> Result<Vec<Codebook>> {
     Ok(out)
 }
 
-fn list(v: &[f64]) -> String {
-    v.iter()
-        .map(|x| format!("{x:.9e}f"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The header text.
 pub fn header() -> Result<String> {
     let mut s = String::from(
@@ -93,12 +86,12 @@ pub fn header() -> Result<String> {
         s.push_str(&format!(
             "static const float {name}_centroids[{}] = {{ {} }};\n",
             b.centroids.len(),
-            list(&b.centroids)
+            c_floats(&b.centroids)
         ));
         s.push_str(&format!(
             "static const float {name}_thresholds[{}] = {{ {} }};\n\n",
             b.thresholds.len(),
-            list(&b.thresholds)
+            c_floats(&b.thresholds)
         ));
     }
     Ok(s)
