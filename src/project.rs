@@ -224,6 +224,7 @@ impl Project {
             crate::gate::Kind::Command => crate::gate::engine::run_commands(spec, &ctx),
             crate::gate::Kind::Needle => crate::gate::needle::run(spec, &ctx),
             crate::gate::Kind::Decode => crate::gate::decode::run(spec, &ctx),
+            crate::gate::Kind::SharedPool => crate::gate::shared_pool::run(spec, &ctx),
         };
         let ok = crate::gate::engine::finish(spec, &mut rows);
         Ok(GateResult {

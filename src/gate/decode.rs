@@ -13,25 +13,8 @@ use std::time::Instant;
 
 use super::engine::Ctx;
 use super::report::Row;
-use super::server::{post, start_for, Server};
+use super::server::{param_usize, post, start_for, tokens_of, Server};
 use super::{Config, Spec};
-
-fn param_usize(spec: &Spec, key: &str, default: usize) -> usize {
-    spec.params
-        .get(key)
-        .and_then(|v| v.as_integer())
-        .map(|v| v.max(1) as usize)
-        .unwrap_or(default)
-}
-
-fn tokens_of(v: &serde_json::Value, key: &str) -> Result<Vec<i64>> {
-    v[key]
-        .as_array()
-        .with_context(|| format!("the reply has no `{key}` array"))?
-        .iter()
-        .map(|t| t.as_i64().context("a token id is not an integer"))
-        .collect()
-}
 
 /// The prompt (`n` tokens of the text) and the reference's greedy continuation.
 fn reference(server: &Server, text: &str, n: usize, gen: usize) -> Result<(Vec<i64>, Vec<i64>)> {

@@ -10,6 +10,7 @@ pub mod http;
 pub mod needle;
 pub mod report;
 pub mod server;
+pub mod shared_pool;
 pub mod text;
 
 use anyhow::{bail, Context, Result};
@@ -29,6 +30,8 @@ pub enum Kind {
     Needle,
     /// Teacher-forced single-token decode against the reference configuration's greedy tokens.
     Decode,
+    /// SharedKVPool in llama-server: correctness, memory, robustness, validation (patch 0003).
+    SharedPool,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]

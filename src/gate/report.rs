@@ -34,6 +34,9 @@ pub struct Row {
     /// A threshold missed on a row the gate only reports (see the notes).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reported: bool,
+    /// Rows of one group share a table (the parts of a gate measure different things).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -88,10 +91,36 @@ pub fn fmt_num(v: f64) -> String {
     }
 }
 
-/// A Markdown table of a gate's rows (also readable in a terminal).
+/// Markdown tables of a gate's rows (also readable in a terminal): one per
+/// group of rows, each with the columns its rows have.
 pub fn table(r: &GateResult) -> String {
+    let mut groups: Vec<(Option<&String>, Vec<&Row>)> = Vec::new();
+    for row in &r.rows {
+        match groups.iter_mut().find(|(g, _)| *g == row.group.as_ref()) {
+            Some((_, rows)) => rows.push(row),
+            None => groups.push((row.group.as_ref(), vec![row])),
+        }
+    }
+    groups
+        .iter()
+        .map(|(_, rows)| {
+            let columns: Vec<String> = r
+                .columns
+                .iter()
+                .filter(|c| {
+                    groups.len() == 1 || rows.iter().any(|row| row.figures.contains_key(*c))
+                })
+                .cloned()
+                .collect();
+            table_of(&columns, rows)
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+fn table_of(columns: &[String], rows: &[&Row]) -> String {
     let mut head = vec!["model".to_string(), "config".to_string()];
-    head.extend(r.columns.iter().cloned());
+    head.extend(columns.iter().cloned());
     head.push("result".into());
     let mut lines = vec![
         format!("| {} |", head.join(" | ")),
@@ -100,9 +129,9 @@ pub fn table(r: &GateResult) -> String {
             head.iter().map(|_| "---").collect::<Vec<_>>().join("|")
         ),
     ];
-    for row in &r.rows {
+    for row in rows {
         let mut cells = vec![row.model.clone(), row.config.clone()];
-        for c in &r.columns {
+        for c in columns {
             let v = row
                 .figures
                 .get(c)
@@ -184,4 +213,47 @@ pub fn markdown(results: &[GateResult]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(config: &str, group: Option<&str>, figs: &[(&str, f64)]) -> Row {
+        Row {
+            model: "m".into(),
+            config: config.into(),
+            figures: figs.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            ok: true,
+            group: group.map(String::from),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn groups_get_tables_of_their_own_columns() {
+        let mut r = GateResult::skipped(
+            &toml::from_str::<super::super::Spec>(
+                "name = \"g\"\ndescription = \"d\"\nrun = [[\"x\"]]\n",
+            )
+            .unwrap(),
+            String::new(),
+        );
+        r.columns = vec!["a".into(), "b".into()];
+        r.rows = vec![
+            row("one", Some("p"), &[("a", 1.0)]),
+            row("two", Some("q"), &[("b", 2.0)]),
+        ];
+        let t = table(&r);
+        assert_eq!(t.matches("| model | config |").count(), 2, "{t}");
+        assert!(t.contains("| model | config | a | result |"), "{t}");
+        assert!(t.contains("| model | config | b | result |"), "{t}");
+        // without groups: one table, every column, "-" where a row has none
+        for row in &mut r.rows {
+            row.group = None;
+        }
+        let t = table(&r);
+        assert_eq!(t.matches("| model | config |").count(), 1, "{t}");
+        assert!(t.contains("| m | one | 1 | - | pass |"), "{t}");
+    }
 }

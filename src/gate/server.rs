@@ -23,6 +23,24 @@ impl Drop for Server {
     }
 }
 
+pub fn param_usize(spec: &Spec, key: &str, default: usize) -> usize {
+    spec.params
+        .get(key)
+        .and_then(|v| v.as_integer())
+        .map(|v| v.max(1) as usize)
+        .unwrap_or(default)
+}
+
+/// The token ids in array `key` of a reply.
+pub fn tokens_of(v: &serde_json::Value, key: &str) -> Result<Vec<i64>> {
+    v[key]
+        .as_array()
+        .with_context(|| format!("the reply has no `{key}` array"))?
+        .iter()
+        .map(|t| t.as_i64().context("a token id is not an integer"))
+        .collect()
+}
+
 pub fn param_f64s(spec: &Spec, key: &str, default: &[f64]) -> Vec<f64> {
     match spec.params.get(key) {
         Some(toml::Value::Array(a)) => a
@@ -62,6 +80,30 @@ pub fn start(argv: &[String], port: u16, log: &Path) -> Result<Server> {
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+impl Server {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// A request and its status, the body parsed as JSON (null when it is not).
+pub fn call(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Result<(u16, serde_json::Value)> {
+    let body = body.map(|b| b.to_string());
+    let (status, text) = http::request(
+        port,
+        method,
+        path,
+        body.as_deref(),
+        Duration::from_secs(900),
+    )?;
+    Ok((status, serde_json::from_str(&text).unwrap_or_default()))
 }
 
 pub fn post(server: &Server, path: &str, body: &serde_json::Value) -> Result<serde_json::Value> {
