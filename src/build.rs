@@ -149,7 +149,8 @@ fn tool_version(program: &str, arg: &str) -> Option<String> {
     Some(text.trim().to_string())
 }
 
-/// The CUDA toolkit: `CUDA_HOME`, else nvcc on PATH.
+/// The CUDA toolkit: `CUDA_HOME`, else nvcc on PATH, else the one
+/// `polykv-forge toolkit cuda` installed into the cache.
 pub fn find_nvcc() -> Option<PathBuf> {
     if let Some(home) = std::env::var_os("CUDA_HOME").or_else(|| std::env::var_os("CUDA_PATH")) {
         let p = Path::new(&home).join("bin/nvcc");
@@ -157,7 +158,11 @@ pub fn find_nvcc() -> Option<PathBuf> {
             return Some(p);
         }
     }
-    which("nvcc")
+    which("nvcc").or_else(|| {
+        crate::toolkit::cached_cuda_home()
+            .map(|h| h.join("bin/nvcc"))
+            .filter(|p| p.is_file())
+    })
 }
 
 fn which(program: &str) -> Option<PathBuf> {
@@ -255,7 +260,7 @@ pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
                     opts.push(("CMAKE_CUDA_COMPILER".into(), "$CUDA_HOME/bin/nvcc".into()));
                     opts.push(("CUDAToolkit_ROOT".into(), "$CUDA_HOME".into()));
                     blocked = Some(
-                        "no CUDA toolkit: nvcc is neither in $CUDA_HOME/bin nor on PATH (install one, or set CUDA_HOME)"
+                        "no CUDA toolkit: nvcc is neither in $CUDA_HOME/bin nor on PATH nor in the cache (`polykv-forge toolkit cuda` installs one from PyPI; or set CUDA_HOME)"
                             .into(),
                     );
                 }

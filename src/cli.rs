@@ -168,6 +168,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ModelCmd,
     },
+    /// Toolkits from PyPI for builds on machines without one (compile checks).
+    Toolkit {
+        #[command(subcommand)]
+        cmd: ToolkitCmd,
+    },
     /// Move the whole chain onto a new upstream pin, with a report per patch.
     Rebase {
         /// The new pin: a TOML file with an [upstream] table in vendor-manifest.toml's form.
@@ -238,6 +243,19 @@ enum GenCmd {
         /// Print a C header (the form the turbo patch carries).
         #[arg(long)]
         c_header: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ToolkitCmd {
+    /// Install CUDA 13.0's nvcc, headers and cuBLAS (to link) from PyPI wheels
+    /// into the cache; `build --cuda` then finds it when CUDA_HOME and PATH have none.
+    Cuda {
+        /// Install again even when the cache has it.
+        #[arg(long)]
+        refresh: bool,
         #[arg(long)]
         json: bool,
     },
@@ -1033,6 +1051,25 @@ fn run(cli: &Cli) -> Result<i32> {
                 Ok(0)
             }
         },
+        Cmd::Toolkit {
+            cmd: ToolkitCmd::Cuda { refresh, json },
+        } => {
+            let store = project.store()?;
+            let home = crate::toolkit::install_cuda(&store.root, *refresh)?;
+            let version = std::fs::read_to_string(home.join(".complete")).unwrap_or_default();
+            let version = version.lines().last().unwrap_or("").to_string();
+            if *json {
+                print_json(&serde_json::json!({
+                    "cuda_home": home.display().to_string(),
+                    "nvcc": home.join("bin/nvcc").display().to_string(),
+                    "version": version,
+                }))?;
+            } else {
+                println!("CUDA toolkit {version}");
+                println!("  CUDA_HOME={}", home.display());
+            }
+            Ok(0)
+        }
         Cmd::Model { cmd } => {
             let store = project.store()?;
             let models = &project.manifest.models;

@@ -22,5 +22,6 @@ pub mod rebase;
 pub mod source;
 pub mod status;
 pub mod store;
+pub mod toolkit;
 pub mod tree;
 pub mod workdir;
