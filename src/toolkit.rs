@@ -9,7 +9,7 @@
 use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// The CUDA release this toolkit provides.
 pub const CUDA_VERSION: &str = "13.0";
@@ -72,8 +72,6 @@ pub fn install_cuda(cache_root: &Path, refresh: bool) -> Result<PathBuf> {
         .context("creating a staging directory")?;
     let root = stage.path().join("home");
     let dl = stage.path().join("wheels");
-    crate::fsx::create_dir_all(&dl)?;
-    let python = std::env::var("POLYKV_FORGE_PYTHON").unwrap_or_else(|_| "python3".into());
     for (i, (package, version, only)) in WHEELS.iter().enumerate() {
         let spec = format!("{package}=={version}");
         crate::progress::note(&format!(
@@ -81,33 +79,7 @@ pub fn install_cuda(cache_root: &Path, refresh: bool) -> Result<PathBuf> {
             i + 1,
             WHEELS.len()
         ));
-        let dir = dl.join(package);
-        crate::fsx::create_dir_all(&dir)?;
-        let o = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "-d",
-            ])
-            .arg(&dir)
-            .arg(&spec)
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running `{python} -m pip download {spec}`"))?;
-        if !o.status.success() {
-            bail!(
-                "`pip download {spec}` failed:\n{}",
-                String::from_utf8_lossy(&o.stderr).trim_end()
-            );
-        }
-        let wheel = std::fs::read_dir(&dir)?
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "whl"))
-            .with_context(|| format!("`pip download {spec}` gave no wheel"))?;
+        let wheel = crate::pip::download_wheel(&spec, &dl.join(package))?;
         unpack(&wheel, &root, *only)?;
         std::fs::remove_file(&wheel).ok();
     }

@@ -5,11 +5,10 @@
 
 use anyhow::Result;
 use serde_json::json;
-use std::time::Instant;
 
 use super::engine::Ctx;
 use super::report::Row;
-use super::server::{count_tokens, param_f64s, post, start_for};
+use super::server::{count_tokens, param_f64s, post, rows_by_config, start_for};
 use super::Spec;
 
 /// A deterministic 5-digit code per case.
@@ -48,25 +47,9 @@ pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
         .collect();
     let depths = param_f64s(spec, "depths", &[0.1, 0.5, 0.9]);
     let text = std::fs::read_to_string(&ctx.text).unwrap_or_default();
-    let mut rows = Vec::new();
-    for model in &spec.models {
-        for c in &spec.configs {
-            let t = Instant::now();
-            let mut row = Row {
-                model: model.clone(),
-                config: c.name.clone(),
-                ..Default::default()
-            };
-            crate::progress::note(&format!("gate {}: {model} {}", spec.name, c.name));
-            match one(spec, ctx, model, c, &text, &lengths, &depths) {
-                Ok(figs) => row.figures = figs,
-                Err(e) => row.error = Some(format!("{e:#}")),
-            }
-            row.seconds = t.elapsed().as_secs_f64();
-            rows.push(row);
-        }
-    }
-    rows
+    rows_by_config(spec, |model, c| {
+        one(spec, ctx, model, c, &text, &lengths, &depths)
+    })
 }
 
 fn one(

@@ -128,6 +128,33 @@ pub fn count_tokens(server: &Server, text: &str) -> Result<usize> {
     Ok(v["tokens"].as_array().map(|a| a.len()).unwrap_or(0))
 }
 
+/// One row per model × configuration, each timed, its figures from `measure`
+/// (an error becomes the row's error).
+pub fn rows_by_config(
+    spec: &Spec,
+    mut measure: impl FnMut(&str, &super::Config) -> Result<std::collections::BTreeMap<String, f64>>,
+) -> Vec<super::report::Row> {
+    let mut rows = Vec::new();
+    for model in &spec.models {
+        for c in &spec.configs {
+            let t = Instant::now();
+            let mut row = super::report::Row {
+                model: model.clone(),
+                config: c.name.clone(),
+                ..Default::default()
+            };
+            crate::progress::note(&format!("gate {}: {model} {}", spec.name, c.name));
+            match measure(model, c) {
+                Ok(figs) => row.figures = figs,
+                Err(e) => row.error = Some(format!("{e:#}")),
+            }
+            row.seconds = t.elapsed().as_secs_f64();
+            rows.push(row);
+        }
+    }
+    rows
+}
+
 /// Starts the gate's server (its first `run` command) for one model and
 /// configuration on a free port; the log goes to the gate's scratch folder.
 pub fn start_for(

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::engine::Ctx;
 use super::report::Row;
-use super::server::{call, param_usize, post, start_for, tokens_of, Server};
+use super::server::{call, param_usize, post, rows_by_config, start_for, tokens_of, Server};
 use super::{Config, Spec};
 
 type Figures = BTreeMap<String, f64>;
@@ -43,57 +43,67 @@ const VAULT_QUESTION: &str = "\n\nQuestion: What is the vault number?\nAnswer: T
 
 pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
     let text = std::fs::read_to_string(&ctx.text).unwrap_or_default();
-    let mut rows = Vec::new();
-    for model in &spec.models {
-        for c in &spec.configs {
-            let t = Instant::now();
-            let mut row = Row {
-                model: model.clone(),
-                config: c.name.clone(),
-                group: c.vars.get("part").cloned(),
-                ..Default::default()
-            };
-            crate::progress::note(&format!("gate {}: {model} {}", spec.name, c.name));
-            match one(spec, ctx, model, c, &text) {
-                Ok(figs) => row.figures = figs,
-                Err(e) => row.error = Some(format!("{e:#}")),
-            }
-            row.seconds = t.elapsed().as_secs_f64();
-            rows.push(row);
+    let mut rows = rows_by_config(spec, |model, c| {
+        Job {
+            spec,
+            ctx,
+            model,
+            c,
+            text: &text,
         }
+        .run()
+    });
+    // one table per part
+    for (row, c) in rows
+        .iter_mut()
+        .zip(spec.models.iter().flat_map(|_| &spec.configs))
+    {
+        row.group = c.vars.get("part").cloned();
     }
     rows
 }
 
-fn one(spec: &Spec, ctx: &Ctx, model: &str, c: &Config, text: &str) -> Result<Figures> {
-    let var = |k: &str| c.vars.get(k).map(String::as_str);
-    let p_tokens = var("p_tokens")
-        .map(|v| v.parse::<usize>())
-        .transpose()
-        .context("p_tokens")?
-        .unwrap_or_else(|| param_usize(spec, "p_tokens", 1000));
-    let s_tokens = param_usize(spec, "s_tokens", 30);
-    let scratch = ctx
-        .scratch
-        .join(format!("{model}-{}", c.name.replace(['/', ' ', '='], "_")));
-    match var("part") {
-        Some("correctness") => {
-            let server = start_for(spec, ctx, model, c)?;
-            correctness(&server, text, p_tokens, &scratch)
+/// One configuration of one model.
+struct Job<'a> {
+    spec: &'a Spec,
+    ctx: &'a Ctx,
+    model: &'a str,
+    c: &'a Config,
+    text: &'a str,
+}
+
+impl Job<'_> {
+    fn server(&self, c: &Config) -> Result<Server> {
+        start_for(self.spec, self.ctx, self.model, c)
+    }
+
+    fn run(&self) -> Result<Figures> {
+        let c = self.c;
+        let var = |k: &str| c.vars.get(k).map(String::as_str);
+        let p_tokens = var("p_tokens")
+            .map(|v| v.parse::<usize>())
+            .transpose()
+            .context("p_tokens")?
+            .unwrap_or_else(|| param_usize(self.spec, "p_tokens", 1000));
+        let s_tokens = param_usize(self.spec, "s_tokens", 30);
+        let scratch = self.ctx.scratch.join(format!(
+            "{}-{}",
+            self.model,
+            c.name.replace(['/', ' ', '='], "_")
+        ));
+        match var("part") {
+            Some("correctness") => correctness(&self.server(c)?, self.text, p_tokens, &scratch),
+            Some("memory") => {
+                let n: usize = var("agents")
+                    .context("a memory configuration needs `agents`")?
+                    .parse()
+                    .context("agents")?;
+                self.memory(p_tokens, s_tokens, n)
+            }
+            Some("robustness") => robustness(&self.server(c)?, self.text, p_tokens),
+            Some("validation") => self.validation(p_tokens),
+            other => bail!("configuration {}: unknown part {other:?}", c.name),
         }
-        Some("memory") => {
-            let n: usize = var("agents")
-                .context("a memory configuration needs `agents`")?
-                .parse()
-                .context("agents")?;
-            memory(spec, ctx, model, c, text, p_tokens, s_tokens, n)
-        }
-        Some("robustness") => {
-            let server = start_for(spec, ctx, model, c)?;
-            robustness(&server, text, p_tokens)
-        }
-        Some("validation") => validation(spec, ctx, model, c, text, p_tokens),
-        other => bail!("configuration {}: unknown part {other:?}", c.name),
     }
 }
 
@@ -394,79 +404,71 @@ fn concurrently(port: u16, bodies: Vec<Value>) -> Result<Vec<Value>> {
     results.into_iter().collect()
 }
 
-#[allow(clippy::too_many_arguments)]
-fn memory(
-    spec: &Spec,
-    ctx: &Ctx,
-    model: &str,
-    c: &Config,
-    text: &str,
-    p: usize,
-    s: usize,
-    n: usize,
-) -> Result<Figures> {
-    // Sharing on: the pool, then N agents at once (one token each: nothing generated enters the cache).
-    let server = start_for(spec, ctx, model, c)?;
-    let port = server.port();
-    let (_, doc) = document(&server, text, p)?;
-    let suffixes: Vec<Vec<i64>> = (0..n)
-        .map(|i| suffix(&server, i, s))
-        .collect::<Result<_>>()?;
-    fill_pool(port, POOL, &doc)?;
-    let bodies = suffixes
-        .iter()
-        .enumerate()
-        .map(|(i, sfx)| ask(&cat(&doc, sfx), 1, i + 1, Some(p)))
-        .collect();
-    let replies = concurrently(port, bodies)?;
-    for r in &replies {
-        ensure!(
-            r["timings"]["cache_n"].as_u64() == Some(p as u64)
-                && r["timings"]["prompt_n"].as_u64() == Some(s as u64),
-            "a sharing agent did not start from the pool: timings {}",
-            r["timings"]
-        );
+impl Job<'_> {
+    fn memory(&self, p: usize, s: usize, n: usize) -> Result<Figures> {
+        // Sharing on: the pool, then N agents at once (one token each: nothing generated enters the cache).
+        let server = self.server(self.c)?;
+        let port = server.port();
+        let (_, doc) = document(&server, self.text, p)?;
+        let suffixes: Vec<Vec<i64>> = (0..n)
+            .map(|i| suffix(&server, i, s))
+            .collect::<Result<_>>()?;
+        fill_pool(port, POOL, &doc)?;
+        let bodies = suffixes
+            .iter()
+            .enumerate()
+            .map(|(i, sfx)| ask(&cat(&doc, sfx), 1, i + 1, Some(p)))
+            .collect();
+        let replies = concurrently(port, bodies)?;
+        for r in &replies {
+            ensure!(
+                r["timings"]["cache_n"].as_u64() == Some(p as u64)
+                    && r["timings"]["prompt_n"].as_u64() == Some(s as u64),
+                "a sharing agent did not start from the pool: timings {}",
+                r["timings"]
+            );
+        }
+        let on = metrics(port)?;
+        drop(server);
+        // Sharing off: a fresh server, the same N prompts.
+        let server = self.server(self.c)?;
+        let port = server.port();
+        let bodies = suffixes
+            .iter()
+            .enumerate()
+            .map(|(i, sfx)| {
+                let mut b = ask(&cat(&doc, sfx), 1, i + 1, None);
+                b["cache_prompt"] = json!(true);
+                b
+            })
+            .collect();
+        concurrently(port, bodies)?;
+        let off = metrics(port)?;
+        drop(server);
+        let bytes_per_cell = on["kv_bytes"] / on["kv_cells"].max(1.0);
+        let mib = |cells: f64| cells * bytes_per_cell / (1024.0 * 1024.0);
+        let (p, s, nf) = (p as f64, s as f64, n as f64);
+        let want_on = p + nf * s;
+        let want_off = nf * (p + s);
+        let exact = on["kv_cells_used"] == want_on && off["kv_cells_used"] == want_off;
+        Ok(BTreeMap::from([
+            ("agents".into(), nf),
+            ("p_tokens".into(), p),
+            ("s_tokens".into(), s),
+            ("cells_shared".into(), on["kv_cells_used"]),
+            ("cells_shared_expected".into(), want_on),
+            ("refs_shared".into(), on["kv_cell_refs"]),
+            ("cells_unshared".into(), off["kv_cells_used"]),
+            ("cells_unshared_expected".into(), want_off),
+            ("cells_exact".into(), exact as u8 as f64),
+            ("mib_shared".into(), mib(on["kv_cells_used"])),
+            ("mib_unshared".into(), mib(off["kv_cells_used"])),
+            (
+                "ratio".into(),
+                off["kv_cells_used"] / on["kv_cells_used"].max(1.0),
+            ),
+        ]))
     }
-    let on = metrics(port)?;
-    drop(server);
-    // Sharing off: a fresh server, the same N prompts.
-    let server = start_for(spec, ctx, model, c)?;
-    let port = server.port();
-    let bodies = suffixes
-        .iter()
-        .enumerate()
-        .map(|(i, sfx)| {
-            let mut b = ask(&cat(&doc, sfx), 1, i + 1, None);
-            b["cache_prompt"] = json!(true);
-            b
-        })
-        .collect();
-    concurrently(port, bodies)?;
-    let off = metrics(port)?;
-    drop(server);
-    let bytes_per_cell = on["kv_bytes"] / on["kv_cells"].max(1.0);
-    let mib = |cells: f64| cells * bytes_per_cell / (1024.0 * 1024.0);
-    let (p, s, nf) = (p as f64, s as f64, n as f64);
-    let want_on = p + nf * s;
-    let want_off = nf * (p + s);
-    let exact = on["kv_cells_used"] == want_on && off["kv_cells_used"] == want_off;
-    Ok(BTreeMap::from([
-        ("agents".into(), nf),
-        ("p_tokens".into(), p),
-        ("s_tokens".into(), s),
-        ("cells_shared".into(), on["kv_cells_used"]),
-        ("cells_shared_expected".into(), want_on),
-        ("refs_shared".into(), on["kv_cell_refs"]),
-        ("cells_unshared".into(), off["kv_cells_used"]),
-        ("cells_unshared_expected".into(), want_off),
-        ("cells_exact".into(), exact as u8 as f64),
-        ("mib_shared".into(), mib(on["kv_cells_used"])),
-        ("mib_unshared".into(), mib(off["kv_cells_used"])),
-        (
-            "ratio".into(),
-            off["kv_cells_used"] / on["kv_cells_used"].max(1.0),
-        ),
-    ]))
 }
 
 /// A streamed completion dropped after its first event: the server cancels it.
@@ -599,212 +601,211 @@ fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
     ]))
 }
 
-fn validation(
-    spec: &Spec,
-    ctx: &Ctx,
-    model: &str,
-    c: &Config,
-    text: &str,
-    p: usize,
-) -> Result<Figures> {
-    let server = start_for(spec, ctx, model, c)?;
-    let port = server.port();
-    let (doc_text, doc) = document(&server, text, p)?;
-    fill_pool(port, POOL, &doc)?;
-    let question = tokenize(&server, QUESTIONS[0])?;
-    let other = tokenize(&server, &slice(text, 30_000, 2_000))?;
-    let agent = cat(&doc, &question);
-    let share = |extra: Value| {
-        let mut b = json!({ "prompt": agent, "n_predict": 4, "shared_pool_slot": POOL });
-        if let (Some(b), Some(e)) = (b.as_object_mut(), extra.as_object()) {
-            b.extend(e.clone());
+impl Job<'_> {
+    fn validation(&self, p: usize) -> Result<Figures> {
+        let (text, c) = (self.text, self.c);
+        let server = self.server(c)?;
+        let port = server.port();
+        let (doc_text, doc) = document(&server, text, p)?;
+        fill_pool(port, POOL, &doc)?;
+        let question = tokenize(&server, QUESTIONS[0])?;
+        let other = tokenize(&server, &slice(text, 30_000, 2_000))?;
+        let agent = cat(&doc, &question);
+        let share = |extra: Value| {
+            let mut b = json!({ "prompt": agent, "n_predict": 4, "shared_pool_slot": POOL });
+            if let (Some(b), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+                b.extend(e.clone());
+            }
+            b
+        };
+        let n_slots = slots(port)?.len() as i64;
+        let cases: Vec<(&str, &str, Value)> = vec![
+            (
+                "unknown slot",
+                "/completion",
+                share(json!({ "shared_pool_slot": n_slots + 3 })),
+            ),
+            (
+                "P = 0",
+                "/completion",
+                share(json!({ "shared_prefix_n_tokens": 0 })),
+            ),
+            (
+                "P larger than the pool",
+                "/completion",
+                share(json!({ "shared_prefix_n_tokens": p + 10 })),
+            ),
+            (
+                "pool is the request's own slot",
+                "/completion",
+                share(json!({ "id_slot": POOL })),
+            ),
+            (
+                "prefix does not match",
+                "/completion",
+                json!({ "prompt": other, "n_predict": 4, "shared_pool_slot": POOL, "shared_prefix_n_tokens": 10 }),
+            ),
+            (
+                "no common prefix",
+                "/completion",
+                json!({ "prompt": other, "n_predict": 4, "shared_pool_slot": POOL }),
+            ),
+            (
+                "empty pool slot",
+                "/completion",
+                share(json!({ "shared_pool_slot": 5 })),
+            ),
+            (
+                "not an integer",
+                "/completion",
+                share(json!({ "shared_pool_slot": "0" })),
+            ),
+            (
+                "without cache_prompt",
+                "/completion",
+                share(json!({ "cache_prompt": false })),
+            ),
+            (
+                "unknown slot (/v1/completions)",
+                "/v1/completions",
+                share(json!({ "shared_pool_slot": n_slots + 3 })),
+            ),
+            (
+                "unknown slot (/v1/chat/completions)",
+                "/v1/chat/completions",
+                json!({ "messages": [{ "role": "user", "content": "hi" }], "max_tokens": 4, "shared_pool_slot": n_slots + 3 }),
+            ),
+        ];
+        let mut answered_400 = 0usize;
+        let mut unchanged = 0usize;
+        let mut misses = Vec::new();
+        for (name, path, body) in &cases {
+            let before = state(port)?;
+            let (st, v) = call(port, "POST", path, Some(body))?;
+            let after = state(port)?;
+            if st == 400 {
+                answered_400 += 1;
+            } else {
+                misses.push(format!("{name}: answered {st} {v}"));
+            }
+            if before == after {
+                unchanged += 1;
+            } else {
+                misses.push(format!("{name}: state changed from {before} to {after}"));
+            }
         }
-        b
-    };
-    let n_slots = slots(port)?.len() as i64;
-    let cases: Vec<(&str, &str, Value)> = vec![
-        (
-            "unknown slot",
-            "/completion",
-            share(json!({ "shared_pool_slot": n_slots + 3 })),
-        ),
-        (
-            "P = 0",
-            "/completion",
-            share(json!({ "shared_prefix_n_tokens": 0 })),
-        ),
-        (
-            "P larger than the pool",
-            "/completion",
-            share(json!({ "shared_prefix_n_tokens": p + 10 })),
-        ),
-        (
-            "pool is the request's own slot",
-            "/completion",
-            share(json!({ "id_slot": POOL })),
-        ),
-        (
-            "prefix does not match",
-            "/completion",
-            json!({ "prompt": other, "n_predict": 4, "shared_pool_slot": POOL, "shared_prefix_n_tokens": 10 }),
-        ),
-        (
-            "no common prefix",
-            "/completion",
-            json!({ "prompt": other, "n_predict": 4, "shared_pool_slot": POOL }),
-        ),
-        (
-            "empty pool slot",
-            "/completion",
-            share(json!({ "shared_pool_slot": 5 })),
-        ),
-        (
-            "not an integer",
-            "/completion",
-            share(json!({ "shared_pool_slot": "0" })),
-        ),
-        (
-            "without cache_prompt",
-            "/completion",
-            share(json!({ "cache_prompt": false })),
-        ),
-        (
-            "unknown slot (/v1/completions)",
-            "/v1/completions",
-            share(json!({ "shared_pool_slot": n_slots + 3 })),
-        ),
-        (
-            "unknown slot (/v1/chat/completions)",
-            "/v1/chat/completions",
-            json!({ "messages": [{ "role": "user", "content": "hi" }], "max_tokens": 4, "shared_pool_slot": n_slots + 3 }),
-        ),
-    ];
-    let mut answered_400 = 0usize;
-    let mut unchanged = 0usize;
-    let mut misses = Vec::new();
-    for (name, path, body) in &cases {
-        let before = state(port)?;
-        let (st, v) = call(port, "POST", path, Some(body))?;
-        let after = state(port)?;
-        if st == 400 {
-            answered_400 += 1;
-        } else {
-            misses.push(format!("{name}: answered {st} {v}"));
-        }
-        if before == after {
-            unchanged += 1;
-        } else {
-            misses.push(format!("{name}: state changed from {before} to {after}"));
-        }
-    }
-    // The pool is busy filling: a sharing request must be refused, not wait or share half a prefix.
-    let busy = std::thread::scope(|sc| -> Result<bool> {
-        // longer than one batch (2048 tokens): the server looks at new requests between batches
-        let long = tokenize(&server, &slice(text, 40_000, 12_000))?;
-        let filler = sc.spawn(move || fill_pool(port, 1, &long));
-        let t = Instant::now();
-        while !slots(port)?
-            .iter()
-            .any(|s| s["id"] == json!(1) && s["is_processing"] == json!(true))
-        {
-            ensure!(
-                t.elapsed() < Duration::from_secs(60),
-                "slot 1 never started filling"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // The pool is busy filling: a sharing request must be refused, not wait or share half a prefix.
+        let busy = std::thread::scope(|sc| -> Result<bool> {
+            // longer than one batch (2048 tokens): the server looks at new requests between batches
+            let long = tokenize(&server, &slice(text, 40_000, 12_000))?;
+            let filler = sc.spawn(move || fill_pool(port, 1, &long));
+            let t = Instant::now();
+            while !slots(port)?
+                .iter()
+                .any(|s| s["id"] == json!(1) && s["is_processing"] == json!(true))
+            {
+                ensure!(
+                    t.elapsed() < Duration::from_secs(60),
+                    "slot 1 never started filling"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let (st, v) = call(
+                port,
+                "POST",
+                "/completion",
+                Some(
+                    &json!({ "prompt": cat(&other, &question), "n_predict": 4, "shared_pool_slot": 1 }),
+                ),
+            )?;
+            filler
+                .join()
+                .map_err(|_| anyhow::anyhow!("the filling thread panicked"))??;
+            if st != 400 {
+                misses.push(format!("pool busy filling: answered {st} {v}"));
+            }
+            Ok(st == 400 && v.to_string().contains("busy"))
+        })?;
+        // The OpenAI-style endpoints share too: /v1/completions with the same tokens,
+        // /v1/chat/completions over a pool filled through the chat template.
         let (st, v) = call(
             port,
             "POST",
-            "/completion",
-            Some(
-                &json!({ "prompt": cat(&other, &question), "n_predict": 4, "shared_pool_slot": 1 }),
-            ),
+            "/v1/completions",
+            Some(&share(json!({ "n_predict": 12, "temperature": 0.0 }))),
         )?;
-        filler
-            .join()
-            .map_err(|_| anyhow::anyhow!("the filling thread panicked"))??;
-        if st != 400 {
-            misses.push(format!("pool busy filling: answered {st} {v}"));
+        let oai = st == 200
+            && v["choices"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(PASSCODE)
+            && v["timings"]["cache_n"].as_u64() == Some(p as u64);
+        if !oai {
+            misses.push(format!("/v1/completions sharing: {st} {v}"));
         }
-        Ok(st == 400 && v.to_string().contains("busy"))
-    })?;
-    // The OpenAI-style endpoints share too: /v1/completions with the same tokens,
-    // /v1/chat/completions over a pool filled through the chat template.
-    let (st, v) = call(
-        port,
-        "POST",
-        "/v1/completions",
-        Some(&share(json!({ "n_predict": 12, "temperature": 0.0 }))),
-    )?;
-    let oai = st == 200
-        && v["choices"][0]["text"]
-            .as_str()
-            .unwrap_or_default()
-            .contains(PASSCODE)
-        && v["timings"]["cache_n"].as_u64() == Some(p as u64);
-    if !oai {
-        misses.push(format!("/v1/completions sharing: {st} {v}"));
+        let system = json!({ "role": "system", "content": doc_text });
+        let (st, v) = call(
+            port,
+            "POST",
+            "/v1/chat/completions",
+            Some(&json!({
+                "messages": [system], "max_tokens": 0, "id_slot": 2, "shared_pool_keep": true,
+            })),
+        )?;
+        ensure!(
+            st == 200,
+            "filling a pool through the chat endpoint: {st} {v}"
+        );
+        let (st, v) = call(
+            port,
+            "POST",
+            "/v1/chat/completions",
+            Some(&json!({
+                "messages": [system, { "role": "user", "content": "What is the secret passcode mentioned in the text above?" }],
+                "max_tokens": 16, "temperature": 0.0, "shared_pool_slot": 2,
+            })),
+        )?;
+        let chat =
+            st == 200 && v["timings"]["cache_n"].as_u64().unwrap_or(0) as usize >= p * 9 / 10;
+        if !chat {
+            misses.push(format!("/v1/chat/completions sharing: {st} {v}"));
+        }
+        drop(server);
+        // A server without a unified KV cache refuses every sharing request.
+        let mut split = c.clone();
+        split
+            .vars
+            .insert("unified".into(), "--no-kv-unified".into());
+        let server = self.server(&split)?;
+        let (st, v) = call(
+            server.port(),
+            "POST",
+            "/completion",
+            Some(&json!({ "prompt": agent, "n_predict": 4, "shared_pool_slot": 1 })),
+        )?;
+        let not_unified = st == 400 && v.to_string().contains("--kv-unified");
+        if !not_unified {
+            misses.push(format!("without --kv-unified: {st} {v}"));
+        }
+        std::fs::write(
+            self.ctx
+                .scratch
+                .join(format!("{}-validation.txt", self.model)),
+            misses.join("\n") + "\n",
+        )
+        .ok();
+        let n = cases.len() as f64;
+        Ok(BTreeMap::from([
+            ("cases".into(), n + 2.0),
+            (
+                "refused_400".into(),
+                (answered_400 + busy as usize + not_unified as usize) as f64 / (n + 2.0),
+            ),
+            ("state_unchanged".into(), unchanged as f64 / n),
+            ("oai_completions_shared".into(), oai as u8 as f64),
+            ("chat_shared".into(), chat as u8 as f64),
+        ]))
     }
-    let system = json!({ "role": "system", "content": doc_text });
-    let (st, v) = call(
-        port,
-        "POST",
-        "/v1/chat/completions",
-        Some(&json!({
-            "messages": [system], "max_tokens": 0, "id_slot": 2, "shared_pool_keep": true,
-        })),
-    )?;
-    ensure!(
-        st == 200,
-        "filling a pool through the chat endpoint: {st} {v}"
-    );
-    let (st, v) = call(
-        port,
-        "POST",
-        "/v1/chat/completions",
-        Some(&json!({
-            "messages": [system, { "role": "user", "content": "What is the secret passcode mentioned in the text above?" }],
-            "max_tokens": 16, "temperature": 0.0, "shared_pool_slot": 2,
-        })),
-    )?;
-    let chat = st == 200 && v["timings"]["cache_n"].as_u64().unwrap_or(0) as usize >= p * 9 / 10;
-    if !chat {
-        misses.push(format!("/v1/chat/completions sharing: {st} {v}"));
-    }
-    drop(server);
-    // A server without a unified KV cache refuses every sharing request.
-    let mut split = c.clone();
-    split
-        .vars
-        .insert("unified".into(), "--no-kv-unified".into());
-    let server = start_for(spec, ctx, model, &split)?;
-    let (st, v) = call(
-        server.port(),
-        "POST",
-        "/completion",
-        Some(&json!({ "prompt": agent, "n_predict": 4, "shared_pool_slot": 1 })),
-    )?;
-    let not_unified = st == 400 && v.to_string().contains("--kv-unified");
-    if !not_unified {
-        misses.push(format!("without --kv-unified: {st} {v}"));
-    }
-    std::fs::write(
-        ctx.scratch.join(format!("{model}-validation.txt")),
-        misses.join("\n") + "\n",
-    )
-    .ok();
-    let n = cases.len() as f64;
-    Ok(BTreeMap::from([
-        ("cases".into(), n + 2.0),
-        (
-            "refused_400".into(),
-            (answered_400 + busy as usize + not_unified as usize) as f64 / (n + 2.0),
-        ),
-        ("state_unchanged".into(), unchanged as f64 / n),
-        ("oai_completions_shared".into(), oai as u8 as f64),
-        ("chat_shared".into(), chat as u8 as f64),
-    ]))
 }
 
 #[cfg(test)]
