@@ -530,19 +530,8 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     // The manifest goes first: a build that fails leaves no manifest claiming old artifacts.
     let previous = load_manifest(&dir).ok().flatten();
     let _ = std::fs::remove_file(dir.join(MANIFEST));
-    let mut log = std::fs::File::create(&log_path)
-        .with_context(|| format!("creating {}", log_path.display()))?;
+    let (mut log, base) = configure_logged(plan, &log_path)?;
     use std::io::Write;
-    writeln!(log, "$ {}", show_command(&plan.configure))?;
-    let base = Path::new(&plan.build_dir).parent().and_then(Path::parent);
-    run_logged(
-        &plan.configure,
-        base,
-        &mut log,
-        &log_path,
-        "configure",
-        None,
-    )?;
     // ccache: paths under the project are hashed relative to it, so another
     // checkout of the same tree (CI's fresh clone) hits the same cache.
     writeln!(log, "$ {}", show_command(&plan.build))?;
@@ -641,19 +630,8 @@ pub fn compile_check(plan: &Plan, objects: &[String]) -> Result<CompileCheck> {
     let t = std::time::Instant::now();
     fsx::create_dir_all(&dir)?;
     let log_path = dir.join("forge-compile-check.log");
-    let mut log = std::fs::File::create(&log_path)
-        .with_context(|| format!("creating {}", log_path.display()))?;
+    let (mut log, base) = configure_logged(plan, &log_path)?;
     use std::io::Write;
-    let base = Path::new(&plan.build_dir).parent().and_then(Path::parent);
-    writeln!(log, "$ {}", show_command(&plan.configure))?;
-    run_logged(
-        &plan.configure,
-        base,
-        &mut log,
-        &log_path,
-        "configure",
-        None,
-    )?;
     // Ninja from the plan, its targets replaced by the objects.
     let mut argv: Vec<String> = plan
         .build
@@ -694,6 +672,21 @@ pub fn compile_check(plan: &Plan, objects: &[String]) -> Result<CompileCheck> {
         });
     }
     Ok(out)
+}
+
+/// Creates the log and runs the plan's configure step into it; returns the
+/// log and the ccache base (the project root above `build/<variant>`).
+fn configure_logged<'a>(
+    plan: &'a Plan,
+    log_path: &Path,
+) -> Result<(std::fs::File, Option<&'a Path>)> {
+    use std::io::Write;
+    let mut log = std::fs::File::create(log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    writeln!(log, "$ {}", show_command(&plan.configure))?;
+    let base = Path::new(&plan.build_dir).parent().and_then(Path::parent);
+    run_logged(&plan.configure, base, &mut log, log_path, "configure", None)?;
+    Ok((log, base))
 }
 
 /// Runs a command with its output going to the log; Ninja's `[n/m]` lines feed the bar.
