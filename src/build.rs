@@ -580,18 +580,20 @@ pub const CUDA_TYPE_UNITS: &[&str] = &[
 /// The CUDA objects a compile check builds: the type-dispatching units, every
 /// `.cu` file under `ggml/src/ggml-cuda/` that the chain's patches add or
 /// modify, and `extra` (paths relative to that folder), as Ninja targets.
-pub fn cuda_check_objects(patch_diffs: &[&[u8]], extra: &[String]) -> Result<Vec<String>> {
+pub fn cuda_check_objects(
+    patches: &[crate::chain::series::PatchFile],
+    extra: &[String],
+) -> Result<Vec<String>> {
     const DIR: &str = "ggml/src/ggml-cuda/";
     let mut units: Vec<String> = CUDA_TYPE_UNITS.iter().map(|u| u.to_string()).collect();
-    for diff in patch_diffs {
-        for line in diff.split(|&b| b == b'\n') {
-            if let Some(rest) = line.strip_prefix(b"diff --git ") {
-                let (_, new) = crate::chain::reverse::git_header_paths(rest)?;
-                let new = String::from_utf8_lossy(&new).into_owned();
-                if let Some(rel) = new.strip_prefix(DIR) {
-                    if rel.ends_with(".cu") && !units.iter().any(|u| u == rel) {
-                        units.push(rel.to_string());
-                    }
+    for p in patches {
+        let diff = crate::chain::apply::parse(&p.diff)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
+        for d in diff.deltas().filter(|d| d.status() != git2::Delta::Deleted) {
+            let new = d.new_file().path().map(|x| x.display().to_string());
+            if let Some(rel) = new.as_deref().and_then(|n| n.strip_prefix(DIR)) {
+                if rel.ends_with(".cu") && !units.iter().any(|u| u == rel) {
+                    units.push(rel.to_string());
                 }
             }
         }
@@ -784,8 +786,14 @@ mod tests {
 
     #[test]
     fn cuda_check_objects_cover_the_chain() {
-        let diff: &[u8] = b"diff --git a/ggml/src/ggml-cuda/turbo.cu b/ggml/src/ggml-cuda/turbo.cu\nnew file\ndiff --git a/ggml/src/ggml-cuda/fattn.cu b/ggml/src/ggml-cuda/fattn.cu\ndiff --git a/src/llama.cpp b/src/llama.cpp\n";
-        let objs = cuda_check_objects(&[diff], &["template-instances/x.cu".to_string()]).unwrap();
+        let diff = "diff --git a/ggml/src/ggml-cuda/turbo.cu b/ggml/src/ggml-cuda/turbo.cu\nnew file mode 100644\n--- /dev/null\n+++ b/ggml/src/ggml-cuda/turbo.cu\n@@ -0,0 +1 @@\n+x\n\
+diff --git a/ggml/src/ggml-cuda/fattn.cu b/ggml/src/ggml-cuda/fattn.cu\n--- a/ggml/src/ggml-cuda/fattn.cu\n+++ b/ggml/src/ggml-cuda/fattn.cu\n@@ -1 +1 @@\n-a\n+b\n\
+diff --git a/ggml/src/ggml-cuda/gone.cu b/ggml/src/ggml-cuda/gone.cu\ndeleted file mode 100644\n--- a/ggml/src/ggml-cuda/gone.cu\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n\
+diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama.cpp\n@@ -1 +1 @@\n-a\n+b\n";
+        let patch =
+            crate::chain::series::PatchFile::from_bytes("0004-x.patch", diff.as_bytes().to_vec())
+                .unwrap();
+        let objs = cuda_check_objects(&[patch], &["template-instances/x.cu".to_string()]).unwrap();
         let dir = "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/";
         assert_eq!(objs.len(), CUDA_TYPE_UNITS.len() + 2, "{objs:?}");
         assert!(objs.contains(&format!("{dir}turbo.cu.o")));
@@ -794,6 +802,7 @@ mod tests {
             objs.iter().filter(|o| o.ends_with("/fattn.cu.o")).count(),
             1
         );
+        assert!(!objs.iter().any(|o| o.contains("gone.cu")), "{objs:?}");
         assert!(cuda_check_objects(&[], &["../escape.cu".to_string()]).is_err());
     }
 

@@ -784,9 +784,7 @@ fn run(cli: &Cli) -> Result<i32> {
             // The workdir must hold exactly the chain the plan was made for.
             project.applied(&dir, true)?;
             if *compile_check {
-                let series = project.series()?;
-                let diffs: Vec<&[u8]> = series.patches.iter().map(|p| p.diff.as_slice()).collect();
-                let objs = crate::build::cuda_check_objects(&diffs, objects)?;
+                let objs = crate::build::cuda_check_objects(&project.series()?.patches, objects)?;
                 let out = crate::build::compile_check(&plan, &objs)?;
                 if *json {
                     print_json(&out)?;
