@@ -46,6 +46,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "test-quantize-fns",
     "test-polykv-kv-shift",
     "test-polykv-turbo",
+    "test-polykv-turbo-cuda",
 ];
 
 /// What the user asked for.
@@ -577,11 +578,22 @@ pub const CUDA_TYPE_UNITS: &[&str] = &[
     "fattn.cu",
 ];
 
+/// Generated instance files (paths in the tree) and the ones of them a
+/// compile check builds: one per family, which holds all of that family's
+/// head dims (see `gen::cuda_instances`).
+#[derive(Debug, Default)]
+pub struct Instances {
+    pub all: Vec<String>,
+    pub compiled: Vec<String>,
+}
+
 /// The CUDA objects a compile check builds: the type-dispatching units, every
 /// `.cu` file under `ggml/src/ggml-cuda/` that the chain's patches add or
-/// modify, and `extra` (paths relative to that folder), as Ninja targets.
+/// modify except the generated instances not in `instances.compiled`, and
+/// `extra` (paths relative to that folder), as Ninja targets.
 pub fn cuda_check_objects(
     patches: &[crate::chain::series::PatchFile],
+    instances: &Instances,
     extra: &[String],
 ) -> Result<Vec<String>> {
     const DIR: &str = "ggml/src/ggml-cuda/";
@@ -591,6 +603,13 @@ pub fn cuda_check_objects(
             .map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
         for d in diff.deltas().filter(|d| d.status() != git2::Delta::Deleted) {
             let new = d.new_file().path().map(|x| x.display().to_string());
+            if let Some(path) = new.as_deref() {
+                if instances.all.iter().any(|i| i == path)
+                    && !instances.compiled.iter().any(|i| i == path)
+                {
+                    continue;
+                }
+            }
             if let Some(rel) = new.as_deref().and_then(|n| n.strip_prefix(DIR)) {
                 if rel.ends_with(".cu") && !units.iter().any(|u| u == rel) {
                     units.push(rel.to_string());
@@ -793,7 +812,12 @@ diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama
         let patch =
             crate::chain::series::PatchFile::from_bytes("0004-x.patch", diff.as_bytes().to_vec())
                 .unwrap();
-        let objs = cuda_check_objects(&[patch], &["template-instances/x.cu".to_string()]).unwrap();
+        let objs = cuda_check_objects(
+            std::slice::from_ref(&patch),
+            &Instances::default(),
+            &["template-instances/x.cu".to_string()],
+        )
+        .unwrap();
         let dir = "ggml/src/ggml-cuda/CMakeFiles/ggml-cuda.dir/";
         assert_eq!(objs.len(), CUDA_TYPE_UNITS.len() + 2, "{objs:?}");
         assert!(objs.contains(&format!("{dir}turbo.cu.o")));
@@ -803,7 +827,22 @@ diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama
             1
         );
         assert!(!objs.iter().any(|o| o.contains("gone.cu")), "{objs:?}");
-        assert!(cuda_check_objects(&[], &["../escape.cu".to_string()]).is_err());
+        assert!(
+            cuda_check_objects(&[], &Instances::default(), &["../escape.cu".to_string()]).is_err()
+        );
+        // a generated instance is compiled only when it represents its family
+        let inst = Instances {
+            all: vec!["ggml/src/ggml-cuda/turbo.cu".to_string()],
+            compiled: vec![],
+        };
+        let objs = cuda_check_objects(std::slice::from_ref(&patch), &inst, &[]).unwrap();
+        assert!(!objs.contains(&format!("{dir}turbo.cu.o")), "{objs:?}");
+        let inst = Instances {
+            compiled: inst.all.clone(),
+            ..inst
+        };
+        let objs = cuda_check_objects(&[patch], &inst, &[]).unwrap();
+        assert!(objs.contains(&format!("{dir}turbo.cu.o")), "{objs:?}");
     }
 
     #[test]

@@ -784,7 +784,13 @@ fn run(cli: &Cli) -> Result<i32> {
             // The workdir must hold exactly the chain the plan was made for.
             project.applied(&dir, true)?;
             if *compile_check {
-                let objs = crate::build::cuda_check_objects(&project.series()?.patches, objects)?;
+                let (all, compiled) = crate::gen::cuda_instances(&project.patches_dir)?;
+                let instances = crate::build::Instances { all, compiled };
+                let objs = crate::build::cuda_check_objects(
+                    &project.series()?.patches,
+                    &instances,
+                    objects,
+                )?;
                 let out = crate::build::compile_check(&plan, &objs)?;
                 if *json {
                     print_json(&out)?;

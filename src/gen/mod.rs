@@ -11,10 +11,21 @@
 //! generator = "turbo-tables"
 //! ```
 //!
+//! and which instance-family files of `kernels/` expand into files, for
+//! which backend, and which patch carries them (see [`family`]):
+//!
+//! ```toml
+//! [[families]]
+//! path = "kernels/fattn-vec.toml"
+//! backend = "cuda"
+//! patch = "0004"
+//! ```
+//!
 //! `gen` writes them into the edit stack; `gen --check` (and `verify`)
 //! compare them with the final tree of the chain.
 
 pub mod codebook;
+pub mod family;
 pub mod tables;
 
 use anyhow::{bail, Context, Result};
@@ -30,6 +41,18 @@ pub const DECL_FILE: &str = "generated.toml";
 struct Decl {
     #[serde(default)]
     file: Vec<DeclFile>,
+    #[serde(default)]
+    families: Vec<DeclFamilies>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeclFamilies {
+    /// The family file, relative to the project root.
+    path: String,
+    backend: String,
+    /// The number of the patch that carries the files (their marker).
+    patch: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,11 +72,12 @@ pub struct Output {
 }
 
 /// The generators by name.
-pub const GENERATORS: &[&str] = &["turbo-tables"];
+pub const GENERATORS: &[&str] = &["turbo-tables", "turbo-tables-cuda"];
 
 fn run_generator(name: &str) -> Result<Vec<u8>> {
     match name {
         "turbo-tables" => Ok(tables::header()?.into_bytes()),
+        "turbo-tables-cuda" => Ok(tables::cuda_header()?.into_bytes()),
         other => bail!(
             "unknown generator `{other}` (known: {})",
             GENERATORS.join(", ")
@@ -61,17 +85,53 @@ fn run_generator(name: &str) -> Result<Vec<u8>> {
     }
 }
 
+fn load_decl(patches_dir: &Path) -> Result<Option<Decl>> {
+    let path = patches_dir.join(DECL_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    toml::from_str(&text)
+        .map(Some)
+        .with_context(|| format!("parsing {}", path.display()))
+}
+
+/// The project root of a `patches/` directory (family files are relative
+/// to it).
+fn root_of(patches_dir: &Path) -> &Path {
+    patches_dir.parent().unwrap_or(Path::new("."))
+}
+
+/// The CUDA instance files the declared families generate, and for each
+/// family the one a compile check builds (it holds all of the family's head
+/// dims): `(all, representatives)`, paths in the tree.
+pub fn cuda_instances(patches_dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
+    let mut all = Vec::new();
+    let mut reps = Vec::new();
+    for f in load_decl(patches_dir)?
+        .map(|d| d.families)
+        .unwrap_or_default()
+    {
+        if f.backend != "cuda" {
+            continue;
+        }
+        let fam = family::Families::load(root_of(patches_dir), &f.path)?;
+        for (k, v, _) in fam.pairs("cuda") {
+            all.push(family::cuda_instance_path(&k, &v));
+        }
+        reps.extend(family::cuda_representatives(&fam));
+    }
+    Ok((all, reps))
+}
+
 /// Loads `patches/generated.toml` (absent: nothing is generated) and runs
 /// every declared generator.
 pub fn outputs(patches_dir: &Path) -> Result<Vec<Output>> {
     let path = patches_dir.join(DECL_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    let Some(decl) = load_decl(patches_dir)? else {
+        return Ok(Vec::new());
     };
-    let decl: Decl =
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     let mut out = Vec::new();
     for f in decl.file {
         crate::paths::check_relative(f.path.as_bytes())
@@ -86,6 +146,40 @@ pub fn outputs(patches_dir: &Path) -> Result<Vec<Output>> {
             generator: f.generator,
             content,
         });
+    }
+    for f in decl.families {
+        if !f.patch.bytes().all(|b| b.is_ascii_digit()) || f.patch.len() != 4 {
+            bail!(
+                "{}: families `{}`: patch must be a 4-digit number, got `{}`",
+                path.display(),
+                f.path,
+                f.patch
+            );
+        }
+        let fam = family::Families::load(root_of(patches_dir), &f.path)
+            .with_context(|| format!("{}: families `{}`", path.display(), f.path))?;
+        let emitted = match f.backend.as_str() {
+            "cuda" => family::emit_cuda(&fam, &f.patch)?,
+            other => bail!(
+                "{}: families `{}`: unknown backend `{other}` (known: {})",
+                path.display(),
+                f.path,
+                family::BACKENDS.join(", ")
+            ),
+        };
+        for e in emitted {
+            if out.iter().any(|o: &Output| o.path == e.path) {
+                bail!("{}: `{}` is generated twice", path.display(), e.path);
+            }
+            out.push(Output {
+                path: e.path,
+                generator: match e.family {
+                    Some(name) => format!("fattn-vec {} ({name})", f.path),
+                    None => format!("fattn-vec {}", f.path),
+                },
+                content: e.content.into_bytes(),
+            });
+        }
     }
     Ok(out)
 }
@@ -111,7 +205,36 @@ pub fn check(repo: &Repository, tree: Oid, outputs: &[Output]) -> Result<Vec<Str
             }
         }
     }
+    problems.extend(leftover_instances(repo, &tree, outputs)?);
     Ok(problems)
+}
+
+/// Fork instance files in the tree that no family generates any more (a
+/// pair removed from a family file leaves its file behind otherwise).
+fn leftover_instances(
+    repo: &Repository,
+    tree: &git2::Tree,
+    outputs: &[Output],
+) -> Result<Vec<String>> {
+    let dir = family::CUDA_INSTANCE_DIR;
+    if !outputs.iter().any(|o| o.path.starts_with(dir)) {
+        return Ok(Vec::new());
+    }
+    let Ok(entry) = tree.get_path(Path::new(dir)) else {
+        return Ok(Vec::new());
+    };
+    let sub = repo.find_tree(entry.id())?;
+    let mut out = Vec::new();
+    for e in sub.iter() {
+        let Some(name) = e.name() else { continue };
+        let path = format!("{dir}/{name}");
+        if family::is_fork_vec_instance(name) && !outputs.iter().any(|o| o.path == path) {
+            out.push(format!(
+                "{path}: a flash-attention instance no family declares; remove it in the edit stack (or declare its pair) and export"
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// What `write` did to one file.
