@@ -426,74 +426,47 @@ backends = ["cuda"]
 
     #[test]
     fn refuses_bad_families() {
-        let bad = |body: &str, want: &str| {
-            let e =
-                Families::parse("k.toml", &format!("schema = 1\n[[family]]\n{body}")).unwrap_err();
+        let family = |name: &str, k: &str, v: &str, dims: &str, backend: &str| {
+            format!(
+                "[[family]]\nname=\"{name}\"\nk=[\"{k}\"]\nv=[\"{v}\"]\nhead_dims=[{dims}]\nbackends=[\"{backend}\"]\n"
+            )
+        };
+        let cases = [
+            (
+                family("a", "turbo9", "turbo3", "128", "cuda"),
+                "unknown type `turbo9`",
+            ),
+            (
+                family("a", "turbo3", "turbo3", "64", "cuda"),
+                "not a multiple of turbo3's 128-value group",
+            ),
+            (
+                family("a", "turbo3_g64", "turbo3_g64", "128", "cuda"),
+                "only used for heads 128 does not divide",
+            ),
+            (
+                family("a", "turbo3", "turbo3", "1024", "cuda"),
+                "no CUDA vec kernel",
+            ),
+            (
+                family("a", "q8_0", "f16", "128", "cuda"),
+                "upstream's own instance",
+            ),
+            (
+                family("a", "turbo3", "turbo3", "128", "vulkan"),
+                "unknown backend",
+            ),
+            (
+                family("a", "turbo3", "turbo3", "128", "cuda")
+                    + &family("b", "turbo3", "turbo3", "256", "cuda"),
+                "a pair belongs to one family",
+            ),
+        ];
+        for (body, want) in cases {
+            let e = Families::parse("k.toml", &format!("schema = 1\n{body}")).unwrap_err();
             let msg = format!("{e:#}");
             assert!(msg.contains(want), "{msg}");
-        };
-        bad(
-            r#"name="a"
-k=["turbo9"]
-v=["turbo3"]
-head_dims=[128]
-backends=["cuda"]"#,
-            "unknown type `turbo9`",
-        );
-        bad(
-            r#"name="a"
-k=["turbo3"]
-v=["turbo3"]
-head_dims=[64]
-backends=["cuda"]"#,
-            "not a multiple of turbo3's 128-value group",
-        );
-        bad(
-            r#"name="a"
-k=["turbo3_g64"]
-v=["turbo3_g64"]
-head_dims=[128]
-backends=["cuda"]"#,
-            "only used for heads 128 does not divide",
-        );
-        bad(
-            r#"name="a"
-k=["turbo3"]
-v=["turbo3"]
-head_dims=[1024]
-backends=["cuda"]"#,
-            "no CUDA vec kernel",
-        );
-        bad(
-            r#"name="a"
-k=["q8_0"]
-v=["f16"]
-head_dims=[128]
-backends=["cuda"]"#,
-            "upstream's own instance",
-        );
-        bad(
-            r#"name="a"
-k=["turbo3"]
-v=["turbo3"]
-head_dims=[128]
-backends=["vulkan"]"#,
-            "unknown backend",
-        );
-        bad(
-            r#"name="a"
-k=["turbo3"]
-v=["turbo3"]
-head_dims=[128]
-backends=["cuda"]
-[[family]]
-name="b"
-k=["turbo3"]
-v=["turbo3"]
-head_dims=[256]
-backends=["cuda"]"#,
-            "a pair belongs to one family",
-        );
+        }
         assert!(Families::parse("k.toml", "schema = 2\n").is_err());
         assert!(Families::parse("k.toml", "schema = 1\nfoo = 1\n").is_err());
     }
