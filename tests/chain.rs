@@ -277,3 +277,69 @@ fn generated_files_are_checked_against_their_generator() {
     let out = fx.fails(&["verify"], 1);
     assert!(out.contains("generated"), "{out}");
 }
+
+/// Instance families: `gen` expands a family file of `kernels/` into one
+/// instance file per pair plus the case and CMake lists; `gen --check`
+/// catches a missing file, a stale list and an instance no family declares
+/// any more, and a bad family file is refused with its reason.
+#[test]
+fn instance_families_are_generated_and_checked() {
+    let fx = Fx::new();
+    fx.commit_patch("First", |s| main_change(s, "polykv: 0001"));
+    let family = |k: &str| {
+        format!(
+            "schema = 1\n[[family]]\nname = \"t\"\nk = [\"{k}\"]\nv = [\"turbo3\"]\nhead_dims = [128, 512]\nbackends = [\"cuda\"]\n"
+        )
+    };
+    std::fs::create_dir_all(fx.root.join("kernels")).unwrap();
+    std::fs::write(fx.root.join("kernels/fattn-vec.toml"), family("turbo3")).unwrap();
+    std::fs::write(
+        fx.patches().join("generated.toml"),
+        "[[families]]\npath = \"kernels/fattn-vec.toml\"\nbackend = \"cuda\"\npatch = \"0002\"\n",
+    )
+    .unwrap();
+    let out = fx.fails(&["gen", "--check"], 1);
+    assert!(
+        out.contains("fattn-vec-instance-turbo3-turbo3.cu: declared as generated"),
+        "{out}"
+    );
+
+    fx.ok(&["edit", "--force"]);
+    fx.ok(&["gen"]);
+    let stack = fx.stack();
+    let inst = "ggml/src/ggml-cuda/template-instances/fattn-vec-instance-turbo3-turbo3.cu";
+    let text = std::fs::read_to_string(stack.join(inst)).unwrap();
+    assert!(
+        text.contains("DECL_FATTN_VEC_CASE(512, GGML_TYPE_TURBO3, GGML_TYPE_TURBO3);"),
+        "{text}"
+    );
+    fx.git(&stack, &["add", "-A"]);
+    fx.git(&stack, &["commit", "-q", "-m", "Instances"]);
+    fx.ok(&["export"]);
+    fx.ok(&["verify"]);
+    fx.ok(&["gen", "--check"]);
+
+    // The family changes: the new pair is missing, the lists differ, the old
+    // instance is left over.
+    std::fs::write(fx.root.join("kernels/fattn-vec.toml"), family("turbo4")).unwrap();
+    let out = fx.fails(&["gen", "--check"], 1);
+    assert!(
+        out.contains("fattn-vec-instance-turbo4-turbo3.cu: declared as generated"),
+        "{out}"
+    );
+    assert!(out.contains("fattn-vec-polykv.h: differs"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "{inst}: a flash-attention instance no family declares"
+        )),
+        "{out}"
+    );
+
+    // A family file the generator cannot honour is refused, naming why.
+    std::fs::write(fx.root.join("kernels/fattn-vec.toml"), family("turbo3_g64")).unwrap();
+    let out = fx.fails(&["gen", "--check"], 2);
+    assert!(
+        out.contains("only used for heads 128 does not divide"),
+        "{out}"
+    );
+}
