@@ -578,22 +578,13 @@ pub const CUDA_TYPE_UNITS: &[&str] = &[
     "fattn.cu",
 ];
 
-/// Generated instance files (paths in the tree) and the ones of them a
-/// compile check builds: one per family, which holds all of that family's
-/// head dims (see `gen::cuda_instances`).
-#[derive(Debug, Default)]
-pub struct Instances {
-    pub all: Vec<String>,
-    pub compiled: Vec<String>,
-}
-
 /// The CUDA objects a compile check builds: the type-dispatching units, every
 /// `.cu` file under `ggml/src/ggml-cuda/` that the chain's patches add or
 /// modify except the generated instances not in `instances.compiled`, and
 /// `extra` (paths relative to that folder), as Ninja targets.
 pub fn cuda_check_objects(
     patches: &[crate::chain::series::PatchFile],
-    instances: &Instances,
+    instances: &crate::gen::CudaInstances,
     extra: &[String],
 ) -> Result<Vec<String>> {
     const DIR: &str = "ggml/src/ggml-cuda/";
@@ -814,7 +805,7 @@ diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama
                 .unwrap();
         let objs = cuda_check_objects(
             std::slice::from_ref(&patch),
-            &Instances::default(),
+            &crate::gen::CudaInstances::default(),
             &["template-instances/x.cu".to_string()],
         )
         .unwrap();
@@ -827,17 +818,20 @@ diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama
             1
         );
         assert!(!objs.iter().any(|o| o.contains("gone.cu")), "{objs:?}");
-        assert!(
-            cuda_check_objects(&[], &Instances::default(), &["../escape.cu".to_string()]).is_err()
-        );
+        assert!(cuda_check_objects(
+            &[],
+            &crate::gen::CudaInstances::default(),
+            &["../escape.cu".to_string()]
+        )
+        .is_err());
         // a generated instance is compiled only when it represents its family
-        let inst = Instances {
+        let inst = crate::gen::CudaInstances {
             all: vec!["ggml/src/ggml-cuda/turbo.cu".to_string()],
             compiled: vec![],
         };
         let objs = cuda_check_objects(std::slice::from_ref(&patch), &inst, &[]).unwrap();
         assert!(!objs.contains(&format!("{dir}turbo.cu.o")), "{objs:?}");
-        let inst = Instances {
+        let inst = crate::gen::CudaInstances {
             compiled: inst.all.clone(),
             ..inst
         };

@@ -784,8 +784,7 @@ fn run(cli: &Cli) -> Result<i32> {
             // The workdir must hold exactly the chain the plan was made for.
             project.applied(&dir, true)?;
             if *compile_check {
-                let (all, compiled) = crate::gen::cuda_instances(&project.patches_dir)?;
-                let instances = crate::build::Instances { all, compiled };
+                let instances = crate::gen::cuda_instances(&project.patches_dir)?;
                 let objs = crate::build::cuda_check_objects(
                     &project.series()?.patches,
                     &instances,

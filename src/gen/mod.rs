@@ -103,12 +103,17 @@ fn root_of(patches_dir: &Path) -> &Path {
     patches_dir.parent().unwrap_or(Path::new("."))
 }
 
-/// The CUDA instance files the declared families generate, and for each
-/// family the one a compile check builds (it holds all of the family's head
-/// dims): `(all, representatives)`, paths in the tree.
-pub fn cuda_instances(patches_dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
-    let mut all = Vec::new();
-    let mut reps = Vec::new();
+/// The CUDA instance files the declared families generate (`all`) and the
+/// ones of them a compile check builds (`compiled`: one per family, which
+/// holds all of the family's head dims), paths in the tree.
+#[derive(Debug, Default)]
+pub struct CudaInstances {
+    pub all: Vec<String>,
+    pub compiled: Vec<String>,
+}
+
+pub fn cuda_instances(patches_dir: &Path) -> Result<CudaInstances> {
+    let mut out = CudaInstances::default();
     for f in load_decl(patches_dir)?
         .map(|d| d.families)
         .unwrap_or_default()
@@ -118,11 +123,11 @@ pub fn cuda_instances(patches_dir: &Path) -> Result<(Vec<String>, Vec<String>)> 
         }
         let fam = family::Families::load(root_of(patches_dir), &f.path)?;
         for (k, v, _) in fam.pairs("cuda") {
-            all.push(family::cuda_instance_path(&k, &v));
+            out.all.push(family::cuda_instance_path(&k, &v));
         }
-        reps.extend(family::cuda_representatives(&fam));
+        out.compiled.extend(family::cuda_representatives(&fam));
     }
-    Ok((all, reps))
+    Ok(out)
 }
 
 /// Loads `patches/generated.toml` (absent: nothing is generated) and runs
