@@ -57,6 +57,8 @@ pub struct Request {
     pub jobs: Option<usize>,
     pub cuda_arch: Option<String>,
     pub fa_quants: Option<String>,
+    /// The cache (`--cache`): where `toolkit cuda` installs the CUDA toolkit.
+    pub cache_root: PathBuf,
 }
 
 /// Everything about the applied tree the build needs.
@@ -78,6 +80,9 @@ pub struct Plan {
     pub configure: Vec<String>,
     pub build: Vec<String>,
     pub targets: Vec<String>,
+    /// The targets are the default list (not named by the user): those the
+    /// configured tree does not define are left out, not an error.
+    pub default_targets: bool,
     pub key: String,
     pub tree: String,
     pub compilers: Vec<String>,
@@ -114,6 +119,10 @@ pub struct BuildManifest {
     pub variant: Variant,
     pub tree: String,
     pub targets: Vec<String>,
+    /// Default targets this configuration does not define (e.g. upstream's
+    /// `test-quantize-fns` is not defined with `GGML_BACKEND_DL=ON`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undefined: Vec<String>,
     pub configure: Vec<String>,
     pub artifacts: Vec<Artifact>,
     pub seconds: f64,
@@ -152,7 +161,7 @@ fn tool_version(program: &str, arg: &str) -> Option<String> {
 
 /// The CUDA toolkit: `CUDA_HOME`, else nvcc on PATH, else the one
 /// `polykv-forge toolkit cuda` installed into the cache.
-pub fn find_nvcc() -> Option<PathBuf> {
+pub fn find_nvcc(cache_root: &Path) -> Option<PathBuf> {
     if let Some(home) = std::env::var_os("CUDA_HOME").or_else(|| std::env::var_os("CUDA_PATH")) {
         let p = Path::new(&home).join("bin/nvcc");
         if p.is_file() {
@@ -160,7 +169,7 @@ pub fn find_nvcc() -> Option<PathBuf> {
         }
     }
     which("nvcc").or_else(|| {
-        crate::toolkit::cached_cuda_home()
+        crate::toolkit::cached_cuda_home(cache_root)
             .map(|h| h.join("bin/nvcc"))
             .filter(|p| p.is_file())
     })
@@ -229,7 +238,7 @@ pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
             opts.push(("GGML_NATIVE".into(), "ON".into()));
         }
         Variant::Cuda => {
-            let nvcc = find_nvcc();
+            let nvcc = find_nvcc(&req.cache_root);
             let arch = req
                 .cuda_arch
                 .clone()
@@ -345,6 +354,7 @@ pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
         configure,
         build,
         targets,
+        default_targets: req.targets.is_empty(),
         key: hex::encode(h.finalize()),
         tree: applied.tree.clone(),
         compilers,
@@ -436,8 +446,8 @@ pub fn check_artifacts(build_dir: &Path, m: &BuildManifest) -> Result<Vec<String
                     problems.push(format!(
                         "{}: sha256 {} differs from the manifest's {} — a stale or foreign binary; rebuild with `polykv-forge build --{}`",
                         a.path,
-                        &sha[..16],
-                        &a.sha256[..16],
+                        crate::show::prefix(&sha, 16),
+                        crate::show::prefix(&a.sha256, 16),
                         m.variant.name()
                     ));
                 }
@@ -476,8 +486,8 @@ pub fn check(plan: &Plan) -> Result<BuildManifest> {
             format!(
                 "built from tree {} with key {}…, but the current workdir/options give key {}…: the build is stale; run `polykv-forge build --{}`",
                 m.tree,
-                &m.key[..12],
-                &plan.key[..12],
+                crate::show::prefix(&m.key, 12),
+                crate::show::prefix(&plan.key, 12),
                 plan.variant.name()
             ),
         );
@@ -513,7 +523,10 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
         );
     }
     if let Some(m) = load_manifest(&dir)? {
-        let has_targets = plan.targets.iter().all(|t| m.targets.contains(t));
+        let has_targets = plan
+            .targets
+            .iter()
+            .all(|t| m.targets.contains(t) || (plan.default_targets && m.undefined.contains(t)));
         if m.format == MANIFEST_FORMAT
             && m.key == plan.key
             && has_targets
@@ -533,14 +546,26 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     let _ = std::fs::remove_file(dir.join(MANIFEST));
     let (mut log, base) = configure_logged(plan, &log_path)?;
     use std::io::Write;
+    // The targets this configuration defines decide what is built: upstream
+    // defines some only for some options.
+    let defined = ninja_targets(&dir)?;
+    let (wanted, undefined) = resolve_targets(plan, &defined)?;
+    if !undefined.is_empty() {
+        writeln!(
+            log,
+            "# not defined by this configuration, not built: {}",
+            undefined.join(", ")
+        )?;
+    }
+    let argv = ninja_argv(plan, &wanted);
     // ccache: paths under the project are hashed relative to it, so another
     // checkout of the same tree (CI's fresh clone) hits the same cache.
-    writeln!(log, "$ {}", show_command(&plan.build))?;
+    writeln!(log, "$ {}", show_command(&argv))?;
     let pb = crate::progress::bar(0, &format!("building {}", plan.variant.name()));
-    run_logged(&plan.build, base, &mut log, &log_path, "build", Some(&pb))?;
+    run_logged(&argv, base, &mut log, &log_path, "build", Some(&pb))?;
     pb.finish_and_clear();
     // Targets built earlier with the same key stay part of the manifest.
-    let mut targets = plan.targets.clone();
+    let mut targets = wanted;
     if let Some(old) = previous.filter(|m| m.key == plan.key) {
         for t in old.targets {
             if !targets.contains(&t) {
@@ -555,6 +580,7 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
         variant: plan.variant,
         tree: plan.tree.clone(),
         targets,
+        undefined,
         configure: plan.configure.clone(),
         artifacts,
         seconds: t.elapsed().as_secs_f64(),
@@ -645,13 +671,7 @@ pub fn compile_check(plan: &Plan, objects: &[String]) -> Result<CompileCheck> {
     let (mut log, base) = configure_logged(plan, &log_path)?;
     use std::io::Write;
     // Ninja from the plan, its targets replaced by the objects.
-    let mut argv: Vec<String> = plan
-        .build
-        .iter()
-        .take_while(|a| !plan.targets.contains(a))
-        .cloned()
-        .collect();
-    argv.extend(objects.iter().cloned());
+    let argv = ninja_argv(plan, objects);
     writeln!(log, "$ {}", show_command(&argv))?;
     // Only the compiler's output counts for warnings (not CMake's).
     let compile_from = log.metadata().map(|m| m.len() as usize).unwrap_or(0);
@@ -684,6 +704,76 @@ pub fn compile_check(plan: &Plan, objects: &[String]) -> Result<CompileCheck> {
         });
     }
     Ok(out)
+}
+
+/// The plan's Ninja command with `targets` in place of the plan's.
+fn ninja_argv(plan: &Plan, targets: &[String]) -> Vec<String> {
+    let mut argv: Vec<String> = plan.build[..plan.build.len() - plan.targets.len()].to_vec();
+    argv.extend(targets.iter().cloned());
+    argv
+}
+
+/// The targets a configured build directory defines (`ninja -t targets all`).
+fn ninja_targets(build_dir: &Path) -> Result<std::collections::BTreeSet<String>> {
+    let out = Command::new("ninja")
+        .arg("-C")
+        .arg(build_dir)
+        .args(["-t", "targets", "all"])
+        .stdin(Stdio::null())
+        .output()
+        .context("starting `ninja -t targets all`")?;
+    if !out.status.success() {
+        bail!(
+            "`ninja -C {} -t targets all` failed ({}): {}",
+            build_dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(parse_ninja_targets(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `name: rule` lines; paths (with a `/`) are files, not target names.
+fn parse_ninja_targets(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter_map(|l| l.rsplit_once(": ").map(|(name, _)| name.trim()))
+        .filter(|n| !n.is_empty() && !n.contains('/'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Splits the plan's targets into those to build and default ones the
+/// configuration does not define. A target the user named that is not
+/// defined is an error naming it.
+fn resolve_targets(
+    plan: &Plan,
+    defined: &std::collections::BTreeSet<String>,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let (ok, missing): (Vec<String>, Vec<String>) = plan
+        .targets
+        .iter()
+        .cloned()
+        .partition(|t| defined.contains(t));
+    if !missing.is_empty() && !plan.default_targets {
+        bail!(
+            "the configured {} build defines no target {} (see `ninja -C {} -t targets all`)",
+            plan.variant.name(),
+            missing
+                .iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            plan.build_dir
+        );
+    }
+    if ok.is_empty() {
+        bail!(
+            "the configured {} build defines none of the targets {}",
+            plan.variant.name(),
+            plan.targets.join(", ")
+        );
+    }
+    Ok((ok, missing))
 }
 
 /// Creates the log and runs the plan's configure step into it; returns the
@@ -882,6 +972,44 @@ diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama
     }
 
     #[test]
+    fn targets_follow_what_the_configuration_defines() {
+        let text = "llama-server: phony\ntest-backend-ops: phony\nggml-cuda: phony\nbin/llama-server: CXX_EXECUTABLE_LINKER__llama-server_Release\nall: phony\n";
+        let defined = parse_ninja_targets(text);
+        assert!(defined.contains("ggml-cuda") && defined.contains("test-backend-ops"));
+        assert!(!defined.iter().any(|t| t.contains('/')));
+        let req = Request {
+            variant: Variant::Cuda,
+            targets: vec![],
+            jobs: Some(2),
+            cuda_arch: Some("90".into()),
+            fa_quants: None,
+            cache_root: PathBuf::from("/c"),
+        };
+        let p = plan(Path::new("/p"), &applied(), &req).unwrap();
+        assert!(p.default_targets);
+        let (ok, undefined) = resolve_targets(&p, &defined).unwrap();
+        assert_eq!(ok, vec!["llama-server", "test-backend-ops"]);
+        assert!(undefined.contains(&"test-quantize-fns".to_string()));
+        let argv = ninja_argv(&p, &ok);
+        assert_eq!(
+            argv[argv.len() - 3..],
+            ["-j2", "llama-server", "test-backend-ops"]
+        );
+        // A target the user names must exist.
+        let named = plan(
+            Path::new("/p"),
+            &applied(),
+            &Request {
+                targets: vec!["test-quantize-fns".into()],
+                ..req
+            },
+        )
+        .unwrap();
+        let e = resolve_targets(&named, &defined).unwrap_err().to_string();
+        assert!(e.contains("defines no target `test-quantize-fns`"), "{e}");
+    }
+
+    #[test]
     fn key_depends_on_tree_and_variant() {
         let req = Request {
             variant: Variant::Cpu,
@@ -889,6 +1017,7 @@ diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama
             jobs: None,
             cuda_arch: None,
             fa_quants: None,
+            cache_root: PathBuf::from("/c"),
         };
         let a = plan(Path::new("/p"), &applied(), &req).unwrap();
         let mut other = applied();

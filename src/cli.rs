@@ -192,8 +192,9 @@ enum Cmd {
         /// Drop patches whose every change is already upstream.
         #[arg(long)]
         drop_upstreamed: bool,
-        /// Materialize the rebased stack, conflicts marked, as a git stack in DIR.
-        #[arg(long, value_name = "DIR")]
+        /// Materialize the rebased stack, conflicts marked, as a git stack in DIR
+        /// (writes DIR, so it cannot go with --dry-run).
+        #[arg(long, value_name = "DIR", conflicts_with = "dry_run")]
         write_conflicts: Option<PathBuf>,
         /// Report only; write nothing.
         #[arg(long)]
@@ -399,7 +400,7 @@ fn print_json<T: Serialize>(v: &T) -> Result<()> {
 }
 
 fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
+    crate::show::prefix(id, 12)
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -664,6 +665,12 @@ fn run(cli: &Cli) -> Result<i32> {
                             refresh: false,
                         },
                     )?;
+                    // Only [upstream] moves: the models and every other table stay.
+                    let manifest_path = project.root.join(crate::manifest::FILE_NAME);
+                    let text = crate::rebase::replace_upstream(
+                        &crate::fsx::read_to_string(&manifest_path)?,
+                        &text,
+                    )?;
                     (git2::Oid::from_str(&b.tree)?, Some(text))
                 }
             };
@@ -740,6 +747,7 @@ fn run(cli: &Cli) -> Result<i32> {
                     jobs: *jobs,
                     cuda_arch: cuda_arch.clone(),
                     fa_quants: None,
+                    cache_root: project.cache_root()?,
                 },
             )?;
             if *dry_run {
@@ -768,7 +776,7 @@ fn run(cli: &Cli) -> Result<i32> {
                         "build --check: {} artifact(s) in {} match the manifest (key {}…, tree {})",
                         m.artifacts.len(),
                         plan.build_dir,
-                        &m.key[..12],
+                        short(&m.key),
                         short(&m.tree)
                     );
                 }
@@ -814,7 +822,7 @@ fn run(cli: &Cli) -> Result<i32> {
                 println!(
                     "build: {} is up to date (key {}…, {} artifact(s) intact) in {:.2}s",
                     plan.build_dir,
-                    &plan.key[..12],
+                    short(&plan.key),
                     out.manifest.artifacts.len(),
                     t.elapsed().as_secs_f64()
                 );

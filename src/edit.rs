@@ -66,20 +66,18 @@ pub fn edit(
     dir: &Path,
     force: bool,
 ) -> Result<EditReport> {
-    if dir.exists() {
-        let empty = std::fs::read_dir(dir)
+    let replace = dir.exists()
+        && !std::fs::read_dir(dir)
             .map(|mut r| r.next().is_none())
             .unwrap_or(false);
-        if !empty {
-            if !force {
-                bail!(
-                    "{} already exists; export it first, or pass --force to replace it (its changes are lost)",
-                    dir.display()
-                );
-            }
-            fsx::remove_dir_all_if_exists(dir)?;
-        }
+    if replace && !force {
+        bail!(
+            "{} already exists; export it first, or pass --force to replace it (its changes are lost)",
+            dir.display()
+        );
     }
+    // The chain must apply before anything existing is touched: a failing
+    // `edit --force` leaves the old stack as it was.
     let trees = apply::forward(store_repo, base, &s.patches)?;
     // Build in a sibling, move into place: never a half-made stack.
     let staging = fsx::sibling(dir, "edit-staging");
@@ -127,8 +125,20 @@ pub fn edit(
     drop(head);
     drop(base_tree);
     drop(repo);
-    std::fs::rename(&staging, dir)
-        .with_context(|| format!("moving the stack to {}", dir.display()))?;
+    if dir.exists() {
+        // Only now is the old stack (empty, or replaced with --force) removed:
+        // moved aside first, so that a crash leaves one of the two whole.
+        let old = fsx::sibling(dir, "edit-old");
+        fsx::remove_dir_all_if_exists(&old)?;
+        std::fs::rename(dir, &old)
+            .with_context(|| format!("moving the old stack {} aside", dir.display()))?;
+        std::fs::rename(&staging, dir)
+            .with_context(|| format!("moving the stack to {}", dir.display()))?;
+        fsx::remove_dir_all_if_exists(&old)?;
+    } else {
+        std::fs::rename(&staging, dir)
+            .with_context(|| format!("moving the stack to {}", dir.display()))?;
+    }
     Ok(EditReport {
         dir: dir.display().to_string(),
         base_commit: base_commit.to_string(),

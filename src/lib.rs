@@ -20,6 +20,7 @@ pub mod pip;
 pub mod progress;
 pub mod project;
 pub mod rebase;
+pub mod show;
 pub mod source;
 pub mod status;
 pub mod store;

@@ -44,11 +44,16 @@ impl Project {
         Ok((Manifest::load(&path)?, text))
     }
 
-    pub fn store(&self) -> Result<Store> {
+    /// The cache root: `--cache`, else `POLYKV_FORGE_CACHE`, else the user's cache directory.
+    pub fn cache_root(&self) -> Result<PathBuf> {
         match &self.cache {
-            Some(c) => Store::open(&crate::fsx::absolute(c)?),
-            None => Store::open_default(),
+            Some(c) => crate::fsx::absolute(c),
+            None => Store::default_root(),
         }
+    }
+
+    pub fn store(&self) -> Result<Store> {
+        Store::open(&self.cache_root()?)
     }
 
     pub fn base(
@@ -154,6 +159,7 @@ impl Project {
                 jobs: None,
                 cuda_arch: None,
                 fa_quants: None,
+                cache_root: self.cache_root()?,
             },
         )?;
         let build_dir = PathBuf::from(&plan.build_dir);

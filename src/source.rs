@@ -257,19 +257,33 @@ fn fetch_url(store: &Store, url: &str, sha256: &str) -> Result<PathBuf> {
     crate::fsx::create_dir_all(&dl)?;
     let kept = dl.join(format!("{sha256}.archive"));
     if kept.exists() {
-        return Ok(kept);
+        if sha256_file(&kept)?.eq_ignore_ascii_case(sha256) {
+            return Ok(kept);
+        }
+        // Left by an older version that kept downloads before checking them.
+        std::fs::remove_file(&kept)
+            .with_context(|| format!("removing the corrupt {}", kept.display()))?;
     }
-    let part = dl.join(format!("{sha256}.part"));
+    // A temporary file in the downloads folder: checked before it is kept,
+    // removed whatever happens otherwise.
+    let part = tempfile::Builder::new()
+        .prefix(&format!("{sha256}."))
+        .suffix(".part")
+        .tempfile_in(&dl)
+        .context("creating a download file")?;
     let status = std::process::Command::new("curl")
         .args(["-fsSL", "--retry", "2", "-o"])
-        .arg(&part)
+        .arg(part.path())
         .arg(url)
         .status()
         .with_context(|| format!("running curl to fetch {url}"))?;
     if !status.success() {
         bail!("curl could not fetch {url} ({status})");
     }
-    std::fs::rename(&part, &kept).with_context(|| format!("keeping {}", kept.display()))?;
+    verify_sha256(part.path(), sha256).with_context(|| format!("downloaded from {url}"))?;
+    part.persist(&kept)
+        .map_err(|e| e.error)
+        .with_context(|| format!("keeping {}", kept.display()))?;
     Ok(kept)
 }
 

@@ -40,8 +40,8 @@ pub fn cuda_home_in(cache_root: &Path) -> PathBuf {
 }
 
 /// The cached toolkit's home, when one is installed and complete.
-pub fn cached_cuda_home() -> Option<PathBuf> {
-    let home = cuda_home_in(&crate::store::Store::default_root().ok()?);
+pub fn cached_cuda_home(cache_root: &Path) -> Option<PathBuf> {
+    let home = cuda_home_in(cache_root);
     home.join(".complete").is_file().then_some(home)
 }
 

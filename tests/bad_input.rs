@@ -109,6 +109,30 @@ fn binary_and_malformed_patches() {
 }
 
 #[test]
+fn edit_force_keeps_the_old_stack_when_the_chain_does_not_apply() {
+    let fx = Fx::new();
+    fx.ok(&["edit"]);
+    // Work in progress in the stack, not yet committed.
+    std::fs::write(fx.stack().join("wip.txt"), "unsaved work\n").unwrap();
+    // A context line upstream does not have: the chain no longer applies.
+    let shifted = GOOD.replace(" main line 9\n", " main line 99\n");
+    fx.write_patch("0002-bad.patch", &shifted);
+    let out = fx.fails(&["edit", "--force"], 1);
+    assert!(out.contains("0002-bad.patch"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(fx.stack().join("wip.txt")).unwrap(),
+        "unsaved work\n",
+        "a failed edit --force removed the stack"
+    );
+    std::fs::remove_file(fx.patches().join("0002-bad.patch")).unwrap();
+    fx.ok(&["edit", "--force"]);
+    assert!(
+        !fx.stack().join("wip.txt").exists(),
+        "--force replaces the stack"
+    );
+}
+
+#[test]
 fn a_patch_file_name_out_of_form_is_refused() {
     let fx = Fx::new();
     fx.write_patch("2-bad.patch", GOOD);
@@ -279,6 +303,34 @@ fn pip_sdist_source_verifies_the_hash_then_the_tree() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["tree"], fx.tree.as_str());
     assert_eq!(v["source"], "pip-sdist pkg==1.0");
+}
+
+#[test]
+fn a_bad_archive_download_is_not_kept_in_the_cache() {
+    let fx = Fx::new();
+    let sdist = fx.tmp.path().join("pkg-1.0.tar.gz");
+    sdist_of(&fx, &sdist);
+    let good = sha256(&sdist);
+    let served = fx.tmp.path().join("served.tar.gz");
+    std::fs::write(&served, b"not the release").unwrap();
+    fx.write_manifest(
+        &fx.tree.clone(),
+        &format!(
+            "[[upstream.sources]]\nkind = \"archive\"\nurl = \"file://{}\"\nsha256 = \"{good}\"\nsubdir = \"vendor/llama.cpp\"\n",
+            served.display()
+        ),
+    );
+    let out = fx.fails(&["vendor"], 2);
+    assert!(out.contains("sha256 is") && out.contains(&good), "{out}");
+    let left: Vec<_> = std::fs::read_dir(fx.cache.join("downloads"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "a bad download was kept: {left:?}");
+    // The server serves the right file now: the next vendor fetches it again.
+    std::fs::copy(&sdist, &served).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&fx.ok(&["vendor", "--json"])).unwrap();
+    assert_eq!(v["tree"], fx.tree.as_str());
 }
 
 #[test]

@@ -38,6 +38,11 @@ run = [["true"]]
 #[test]
 fn build_manifest_check_tamper_and_gates() {
     if !have("cmake") || !have("ninja") {
+        // CI installs them (ci/prereqs): there a missing tool is a failure, not a skip.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "cmake and ninja are needed under CI=true (ci/prereqs installs them)"
+        );
         eprintln!("skipped: cmake and ninja are needed (ci/prereqs installs them)");
         return;
     }
@@ -129,6 +134,19 @@ fn build_manifest_check_tamper_and_gates() {
     std::fs::remove_file(&lib).unwrap();
     std::os::unix::fs::symlink("libggml-cpu.so.0", &lib).unwrap();
     fx.ok(&["build", "--check"]);
+    // A hand-edited manifest with a short, non-ASCII key is a stale build, not a panic.
+    let mpath = fx.root.join("build/cpu/forge-manifest.json");
+    let mtext = std::fs::read_to_string(&mpath).unwrap();
+    let mut mv: serde_json::Value = serde_json::from_str(&mtext).unwrap();
+    mv["key"] = "é".into();
+    std::fs::write(&mpath, serde_json::to_string(&mv).unwrap()).unwrap();
+    let out = fx.fails(&["build", "--check"], 1);
+    assert!(
+        out.contains("with key é…") && out.contains("stale"),
+        "{out}"
+    );
+    std::fs::write(&mpath, mtext).unwrap();
+    fx.ok(&["build", "--check"]);
 
     // A new patch: the build no longer matches the chain.
     fx.commit_patch("Change the answer", |s| {
@@ -164,6 +182,26 @@ fn dry_runs_print_complete_commands_on_any_machine() {
     ] {
         assert!(out.contains(want), "{want} missing in:\n{out}");
     }
+    // The toolkit `toolkit cuda --cache X` installs is the one `build --cuda --cache X` uses.
+    let home = fx.cache.join("toolkits/cuda-13.0");
+    std::fs::create_dir_all(home.join("bin")).unwrap();
+    std::fs::write(
+        home.join("bin/nvcc"),
+        "#!/bin/sh\necho 'Cuda compilation tools, release 13.0'\n",
+    )
+    .unwrap();
+    std::fs::write(home.join(".complete"), "").unwrap();
+    let o = Out::from(
+        fx.cmd(&["build", "--cuda", "--dry-run", "--cuda-arch", "90"])
+            .env("PATH", "/usr/bin:/bin")
+            .env_remove("CUDA_HOME")
+            .env_remove("CUDA_PATH")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(o.code, 0, "{}", o.dump("build --cuda --dry-run"));
+    let nvcc = format!("-DCMAKE_CUDA_COMPILER={}", home.join("bin/nvcc").display());
+    assert!(o.stdout.contains(&nvcc), "{nvcc} missing in:\n{}", o.stdout);
     let out = fx.ok(&["build", "--metal", "--dry-run"]);
     assert!(
         out.contains("-DGGML_METAL=ON") && out.contains("-DGGML_METAL_EMBED_LIBRARY=ON"),

@@ -100,6 +100,28 @@ fn overlapping_edit_is_a_conflict_and_nothing_is_written() {
 
     // --write-conflicts: a stack with markers; export refuses them until resolved.
     let stack = fx.tmp.path().join("conflicts");
+    // A dry run writes nothing, so it cannot also write the stack.
+    let out = fx.fails(
+        &[
+            "rebase",
+            "--to",
+            pin.to_str().unwrap(),
+            "--dry-run",
+            "--write-conflicts",
+            stack.to_str().unwrap(),
+        ],
+        2,
+    );
+    assert!(out.contains("--dry-run"), "{out}");
+    assert!(
+        !stack.exists(),
+        "a refused dry run wrote {}",
+        stack.display()
+    );
+    // The user's tables (models) must survive `export --pin` below.
+    let mut m = manifest(&fx);
+    m.push_str("\n# my models\n[[models]]\nname = \"mine\"\nfile = \"mine.gguf\"\nsha256 = \"00\"\nparts = []\n");
+    std::fs::write(fx.root.join("vendor-manifest.toml"), &m).unwrap();
     let v = rebase(
         &fx,
         &pin,
@@ -136,9 +158,11 @@ fn overlapping_edit_is_a_conflict_and_nothing_is_written() {
         "--pin",
         pin.to_str().unwrap(),
     ]);
+    let after = manifest(&fx);
+    assert!(!after.contains(&fx.tree), "export --pin moved the pin");
     assert!(
-        !manifest(&fx).contains(&fx.tree),
-        "export --pin moved the pin"
+        after.contains("# my models\n[[models]]\nname = \"mine\""),
+        "export --pin kept the rest of the manifest:\n{after}"
     );
     fx.ok(&["verify"]);
 }
