@@ -26,14 +26,13 @@ fn haystack(text: &str, chars_per_token: f64, tokens: usize, depth: f64, code: u
     let want = (tokens as f64 * chars_per_token) as usize;
     let mut hay: String = text.chars().take(want).collect();
     // Cut at a line end so the needle sits between lines.
-    let at = ((hay.len() as f64) * depth) as usize;
-    let mut at = hay[..at.min(hay.len())]
-        .rfind('\n')
-        .map(|p| p + 1)
-        .unwrap_or(0);
+    // The byte offset may fall inside a multi-byte character: back off to a
+    // character boundary before slicing (0 always is one).
+    let mut at = (((hay.len() as f64) * depth) as usize).min(hay.len());
     while !hay.is_char_boundary(at) {
         at -= 1;
     }
+    let at = hay[..at].rfind('\n').map(|p| p + 1).unwrap_or(0);
     let needle = format!("\nThe secret passcode is {code}. Remember it: the passcode is {code}.\n");
     hay.insert_str(at, &needle);
     hay.push_str(QUESTION);
@@ -126,5 +125,16 @@ mod tests {
         let pos = h.find("12345").unwrap() as f64 / h.len() as f64;
         assert!((0.3..0.7).contains(&pos), "{pos}");
         assert_ne!(code(1500, 0.1), code(1500, 0.5));
+    }
+
+    #[test]
+    fn haystacks_of_multibyte_text_are_cut_at_character_boundaries() {
+        // Every depth lands inside some 3-byte character of this text.
+        let text = "日本語のテキスト\nもう一行\n".repeat(50);
+        for d in [0.0, 0.1, 0.33, 0.5, 0.77, 0.9, 1.0] {
+            let h = haystack(&text, 3.0, 120, d, 54321);
+            assert!(h.contains("The secret passcode is 54321."), "{d}");
+            assert!(h.ends_with(QUESTION));
+        }
     }
 }
