@@ -276,19 +276,36 @@ fn ask(prompt: &[i64], n_predict: usize, slot: usize, share: Option<usize>) -> V
 /// Two answers to the same tokens: the largest |Δ logprob| over the top-10
 /// ids both list, up to and including the first position where the greedy
 /// tokens differ (after it the contexts differ); that position, if any.
-fn compare(a: &Answer, b: &Answer) -> (f64, Option<usize>) {
+/// Refused (an error, not a perfect 0) when either answer lacks one
+/// probability entry per generated token or a compared position shares no id.
+fn compare(a: &Answer, b: &Answer) -> Result<(f64, Option<usize>)> {
+    for x in [a, b] {
+        ensure!(
+            !x.tokens.is_empty() && x.top.len() == x.tokens.len(),
+            "the server returned {} probability entries for {} generated tokens; comparing needs one per token",
+            x.top.len(),
+            x.tokens.len()
+        );
+    }
     let mut max_d = 0.0f64;
-    for (i, (x, y)) in a.top.iter().zip(&b.top).enumerate() {
-        for (id, lp) in x {
-            if let Some(lq) = y.get(id) {
+    let n = a.tokens.len().min(b.tokens.len());
+    for i in 0..n {
+        let mut shared_ids = 0usize;
+        for (id, lp) in &a.top[i] {
+            if let Some(lq) = b.top[i].get(id) {
                 max_d = max_d.max((lp - lq).abs());
+                shared_ids += 1;
             }
         }
-        if a.tokens.get(i) != b.tokens.get(i) {
-            return (max_d, Some(i));
+        ensure!(
+            shared_ids > 0,
+            "token {i}: the two answers' top probabilities share no token id"
+        );
+        if a.tokens[i] != b.tokens[i] {
+            return Ok((max_d, Some(i)));
         }
     }
-    (max_d, None)
+    Ok((max_d, (a.tokens.len() != b.tokens.len()).then_some(n)))
 }
 
 fn correctness(
@@ -332,8 +349,9 @@ fn correctness(
     for ((name, suffix, want, not), (prompt, on)) in agents.iter().zip(&shared) {
         let off = complete(port, ask(prompt, n_gen, slot_off, None))?;
         let off2 = complete(port, ask(prompt, n_gen, slot_off2, None))?;
-        let (d, split) = compare(on, &off);
-        let (d_noise, split_noise) = compare(&off, &off2);
+        let (d, split) = compare(on, &off).with_context(|| format!("agent {name}"))?;
+        let (d_noise, split_noise) =
+            compare(&off, &off2).with_context(|| format!("agent {name}, unshared twice"))?;
         max_d = max_d.max(d);
         noise = noise.max(d_noise);
         identical += split.is_none() as usize;
@@ -832,7 +850,19 @@ mod tests {
             &[1, 2, 3],
             &[&[(1, -0.1), (9, -3.0)], &[(2, -0.2)], &[(3, -0.3)]],
         );
-        assert_eq!(compare(&a, &same), (0.0, None));
+        assert_eq!(compare(&a, &same).unwrap(), (0.0, None));
+        // No probabilities (or fewer than tokens): an error, never a perfect 0.
+        let bare = answer(&[1, 2, 3], &[]);
+        let e = compare(&a, &bare).unwrap_err().to_string();
+        assert!(e.contains("0 probability entries for 3 generated tokens"), "{e}");
+        assert!(compare(&bare, &bare).is_err());
+        assert!(compare(&answer(&[], &[]), &answer(&[], &[])).is_err());
+        // Disjoint top lists at a compared position cannot be compared.
+        let disjoint = answer(&[1, 2, 3], &[&[(5, -0.1)], &[(2, -0.2)], &[(3, -0.3)]]);
+        assert!(compare(&a, &disjoint).is_err());
+        // One answer stops early: they differ where it stopped.
+        let short = answer(&[1, 2], &[&[(1, -0.1)], &[(2, -0.2)]]);
+        assert_eq!(compare(&a, &short).unwrap(), (0.0, Some(2)));
         // differs by 0.5 at position 0, then the greedy token differs at 1;
         // position 2 (a different context) is not compared
         let b = answer(
@@ -843,7 +873,7 @@ mod tests {
                 &[(3, -9.0)],
             ],
         );
-        let (d, at) = compare(&a, &b);
+        let (d, at) = compare(&a, &b).unwrap();
         assert!((d - 0.5).abs() < 1e-12, "{d}");
         assert_eq!(at, Some(1));
     }
