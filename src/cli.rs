@@ -234,7 +234,12 @@ enum GateCmd {
         json: bool,
     },
     /// Markdown tables of the latest results in build/gates/ (for docs/ and closing notes).
-    Report,
+    /// Results measured on another applied tree than the chain's are refused (exit 1).
+    Report {
+        /// Render results from another applied tree too, marked stale.
+        #[arg(long)]
+        allow_stale: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -878,7 +883,7 @@ fn run(cli: &Cli) -> Result<i32> {
                     }
                     Ok(0)
                 }
-                GateCmd::Report => {
+                GateCmd::Report { allow_stale } => {
                     let dir = project.root.join("build").join("gates");
                     let mut results = Vec::new();
                     for (_, g) in &gates {
@@ -896,7 +901,33 @@ fn run(cli: &Cli) -> Result<i32> {
                             dir.display()
                         );
                     }
-                    print!("{}", crate::gate::report::markdown(&results));
+                    // The tree the chain ends at, from the lock (the base when there is no patch).
+                    let lock = crate::chain::lock::Lock::load(&project.patches_dir)?
+                        .context("patches/patches.lock is missing; run `polykv-forge export`")?;
+                    let chain_tree = lock
+                        .lines
+                        .last()
+                        .map_or(lock.base.clone(), |l| l.tree.clone());
+                    let stale = crate::gate::report::stale(&results, &chain_tree);
+                    if !stale.is_empty() && !*allow_stale {
+                        anyhow::bail!(CheckFailed {
+                            summary: format!(
+                                "gate report: {} result(s) were measured on another applied tree than the chain's {}: {}; run them again (`polykv-forge gate run NAME`), or pass --allow-stale to render them marked stale",
+                                stale.len(),
+                                short(&chain_tree),
+                                stale
+                                    .iter()
+                                    .map(|r| format!(
+                                        "{} (tree {})",
+                                        r.gate,
+                                        short(r.tree.as_deref().unwrap_or(""))
+                                    ))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        });
+                    }
+                    print!("{}", crate::gate::report::markdown(&results, &chain_tree));
                     Ok(0)
                 }
                 GateCmd::Run {

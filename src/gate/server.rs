@@ -172,6 +172,7 @@ pub fn start_for(
     vars.extend(c.vars.clone());
     vars.insert("model".into(), path.display().to_string());
     vars.insert("port".into(), port.to_string());
+    vars.insert("scratch".into(), format!("{}/", ctx.scratch.display()));
     let server_cmd = spec.run.first().with_context(|| {
         format!(
             "gate {} needs the server command as its first `run` entry",

@@ -519,6 +519,10 @@ fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
     let (_, doc) = document(server, text, p)?;
     fill_pool(port, POOL, &doc)?;
     let question = tokenize(server, QUESTIONS[0])?;
+    let cancelled_before = metrics(port)?
+        .get("tasks_cancelled_total")
+        .copied()
+        .context("/metrics has no llamacpp:tasks_cancelled_total (is patch 0003 in the build?)")?;
     let mut jobs = Vec::new();
     for i in 0..32usize {
         let sfx = tokenize(
@@ -530,7 +534,7 @@ fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
             3 => {
                 // not sharing: its own prompt, another part of the text
                 let own = tokenize(server, &slice(text, 20_000 + 1_500 * i, 1_500))?;
-                json!({ "prompt": own, "n_predict": 8, "temperature": 0.0 })
+                json!({ "prompt": own, "n_predict": 8, "temperature": 0.0, "ignore_eos": true })
             }
             _ => {
                 let mut b = ask(&cat(&doc, &sfx), 8, 0, Some(p));
@@ -552,6 +556,14 @@ fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
                     } else {
                         call(port, "POST", "/completion", Some(body)).and_then(|(st, v)| {
                             ensure!(st == 200, "answered {st}: {v}");
+                            // a whole answer (kind 1 streams: its events are not one JSON body):
+                            // the server says it stopped, after the tokens asked for
+                            ensure!(
+                                *kind == 1
+                                    || (v["stop"] == json!(true)
+                                        && v["tokens_predicted"].as_u64() == Some(8)),
+                                "an incomplete answer: {v}"
+                            );
                             Ok(())
                         })
                     };
@@ -574,7 +586,7 @@ fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
         .iter()
         .filter(|(k, r)| *k != 2 && r.is_ok())
         .count();
-    let n_cancelled = outcomes
+    let streams_dropped = outcomes
         .iter()
         .filter(|(k, r)| *k == 2 && r.is_ok())
         .count();
@@ -590,6 +602,13 @@ fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // What the server counts, not what the client did: a dropped stream it did not
+    // cancel (it ran to the end) is not a cancellation.
+    let n_cancelled = metrics(port)?
+        .get("tasks_cancelled_total")
+        .copied()
+        .unwrap_or(f64::NAN)
+        - cancelled_before;
     let pool = slots(port)?
         .into_iter()
         .find(|s| s["id"] == json!(POOL))
@@ -606,9 +625,10 @@ fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
         );
     }
     Ok(BTreeMap::from([
-        ("requests".into(), 32.0),
+        ("requests".into(), jobs.len() as f64),
         ("completed".into(), done as f64),
-        ("cancelled".into(), n_cancelled as f64),
+        ("streams_dropped".into(), streams_dropped as f64),
+        ("cancelled".into(), n_cancelled),
         ("errors".into(), errors.len() as f64),
         ("pool_intact".into(), intact as u8 as f64),
         (
@@ -638,6 +658,23 @@ impl Job<'_> {
         };
         let n_slots = slots(port)?.len() as i64;
         let cases: Vec<(&str, &str, Value)> = vec![
+            // id_slot = n_slots used to wrap onto the pool itself and abort the server (GGML_ASSERT)
+            (
+                "id_slot out of range, sharing",
+                "/completion",
+                share(json!({ "id_slot": n_slots })),
+            ),
+            (
+                "negative id_slot",
+                "/completion",
+                json!({ "prompt": other, "n_predict": 4, "id_slot": -5 }),
+            ),
+            // a request without shared_pool_keep must not overwrite a pool
+            (
+                "plain request into the pool slot",
+                "/completion",
+                json!({ "prompt": other, "n_predict": 4, "id_slot": POOL }),
+            ),
             (
                 "unknown slot",
                 "/completion",
@@ -788,6 +825,39 @@ impl Job<'_> {
         if !chat {
             misses.push(format!("/v1/chat/completions sharing: {st} {v}"));
         }
+        // Restoring a saved slot into a pool is refused; erasing it is the one way to release it,
+        // after which the slot runs plain requests again.
+        let (st, v) = call(
+            port,
+            "POST",
+            "/slots/2?action=restore",
+            Some(&json!({ "filename": "none.bin" })),
+        )?;
+        let restore_refused = st == 400 && v.to_string().contains("shared KV pool");
+        if !restore_refused {
+            misses.push(format!("restore into a pool: {st} {v}"));
+        }
+        let (st_erase, v_erase) = call(
+            port,
+            "POST",
+            &format!("/slots/{POOL}?action=erase"),
+            Some(&json!({})),
+        )?;
+        let released = slots(port)?
+            .iter()
+            .any(|s| s["id"] == json!(POOL) && s["is_shared_pool"] == json!(false));
+        let (st_plain, v_plain) = call(
+            port,
+            "POST",
+            "/completion",
+            Some(&json!({ "prompt": other, "n_predict": 2, "id_slot": POOL })),
+        )?;
+        let pool_released = st_erase == 200 && released && st_plain == 200;
+        if !pool_released {
+            misses.push(format!(
+                "release by erase: {st_erase} {v_erase}; released {released}; then a plain request: {st_plain} {v_plain}"
+            ));
+        }
         drop(server);
         // A server without a unified KV cache refuses every sharing request.
         let mut split = c.clone();
@@ -822,6 +892,8 @@ impl Job<'_> {
             ("state_unchanged".into(), unchanged as f64 / n),
             ("oai_completions_shared".into(), oai as u8 as f64),
             ("chat_shared".into(), chat as u8 as f64),
+            ("restore_refused".into(), restore_refused as u8 as f64),
+            ("pool_released".into(), pool_released as u8 as f64),
         ]))
     }
 }
@@ -854,7 +926,10 @@ mod tests {
         // No probabilities (or fewer than tokens): an error, never a perfect 0.
         let bare = answer(&[1, 2, 3], &[]);
         let e = compare(&a, &bare).unwrap_err().to_string();
-        assert!(e.contains("0 probability entries for 3 generated tokens"), "{e}");
+        assert!(
+            e.contains("0 probability entries for 3 generated tokens"),
+            "{e}"
+        );
         assert!(compare(&bare, &bare).is_err());
         assert!(compare(&answer(&[], &[]), &answer(&[], &[])).is_err());
         // Disjoint top lists at a compared position cannot be compared.
