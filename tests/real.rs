@@ -304,3 +304,109 @@ fn real_rebase_between_pins_and_back() {
     let up: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     assert_report_matches_merge_file(&up, &tree35, &old_pin, &after, &home, tmp.path());
 }
+
+/// A blob of a revision in a git repository (the rebased stack).
+fn show_in(repo: &Path, rev: &str, path: &str, home: &Path) -> Vec<u8> {
+    let o = env_cmd("git", home)
+        .arg("-C")
+        .arg(repo)
+        .args(["show", &format!("{rev}:{path}")])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "git show {rev}:{path} in {}",
+        repo.display()
+    );
+    o.stdout
+}
+
+/// The whole chain (every patch in patches/, not only 0001) rebased from
+/// b11312 onto b10454: each patch's merged and conflicted files are checked
+/// against `git merge-file` on the same three versions — the patch's old
+/// before and after trees, and the rebased stack's tree before it (which
+/// holds the conflict markers of earlier patches, as the replay does).
+#[test]
+fn real_rebase_of_the_whole_chain_matches_git_merge_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let root = project_root();
+    let copy = tmp.path().join("project");
+    copy_project(&root, &copy);
+    let old_pin = pinned_tree();
+    let pin35 = root.join("tests/fixtures/pin-llama-cpp-python-0.3.35.toml");
+    let lock = std::fs::read_to_string(copy.join("patches/patches.lock")).unwrap();
+    // the old chain's tree after each patch, in order
+    let after: Vec<String> = lock
+        .lines()
+        .filter(|l| l.split(' ').next().is_some_and(|f| f.ends_with(".patch")))
+        .map(|l| l.split(' ').nth(2).unwrap().to_string())
+        .collect();
+    assert!(after.len() >= 4, "the chain has {} patches", after.len());
+    let stack = tmp.path().join("stack");
+    let o = forge(
+        &copy,
+        &home,
+        &[
+            "rebase",
+            "--to",
+            pin35.to_str().unwrap(),
+            "--json",
+            "--write-conflicts",
+            stack.to_str().unwrap(),
+        ],
+    );
+    assert!(o.code == 0 || o.code == 1, "{}", o.dump("rebase down"));
+    let report: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let patches = report["patches"].as_array().unwrap();
+    assert_eq!(patches.len(), after.len(), "{report:#}");
+    // base, then one commit per rebased patch
+    let revs: Vec<String> = git(&home, &stack, &["rev-list", "--reverse", "HEAD"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(revs.len(), after.len() + 1);
+    let mut checked = 0;
+    let mut conflicts = 0;
+    for (i, p) in patches.iter().enumerate() {
+        let before_old = if i == 0 { &old_pin } else { &after[i - 1] };
+        for f in p["files"].as_array().unwrap() {
+            let path = f["path"].as_str().unwrap();
+            let result = f["result"].as_str().unwrap();
+            if result != "merged" && result != "conflict" {
+                continue;
+            }
+            let n = merge_file(
+                &show(before_old, path, &home),
+                &show_in(&stack, &revs[i], path, &home),
+                &show(&after[i], path, &home),
+                tmp.path(),
+            );
+            let name = p["patch"].as_str().unwrap();
+            if result == "conflict" {
+                assert!(
+                    n > 0,
+                    "{name} {path}: we report a conflict, git merge-file merged it"
+                );
+                assert_eq!(
+                    f["conflicts"].as_array().unwrap().len() as i32,
+                    n,
+                    "{name} {path}"
+                );
+                conflicts += 1;
+            } else {
+                assert_eq!(
+                    n, 0,
+                    "{name} {path}: we merged it, git merge-file found {n} conflict(s)"
+                );
+            }
+            checked += 1;
+        }
+    }
+    eprintln!(
+        "whole-chain rebase b11312 -> b10454: {} patches, {checked} merged or conflicted files checked against git merge-file ({conflicts} conflicted)",
+        patches.len()
+    );
+    assert!(checked > 0, "{report:#}");
+}
