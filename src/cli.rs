@@ -233,6 +233,12 @@ enum GateCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Commit the latest passing results of gates as their baselines
+    /// (gates/baselines/NAME.json): the floors of their `[baseline]` figures.
+    Baseline {
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
     /// Markdown tables of the latest results in build/gates/ (for docs/ and closing notes).
     /// Results measured on another applied tree than the chain's are refused (exit 1).
     Report {
@@ -883,6 +889,45 @@ fn run(cli: &Cli) -> Result<i32> {
                     }
                     Ok(0)
                 }
+                GateCmd::Baseline { names } => {
+                    let chain_tree = project.chain_tree()?;
+                    let gates_dir = project.root.join("gates");
+                    for name in names {
+                        let (_, spec) = gates
+                            .iter()
+                            .find(|(_, g)| &g.name == name)
+                            .with_context(|| format!("no gate named `{name}` in gates/"))?;
+                        let p = project
+                            .root
+                            .join("build/gates")
+                            .join(format!("{name}.json"));
+                        let r: crate::gate::report::GateResult =
+                            serde_json::from_slice(&crate::fsx::read(&p).with_context(|| {
+                                format!("no result of gate {name}: run `polykv-forge gate run {name}` first")
+                            })?)
+                            .with_context(|| format!("parsing {}", p.display()))?;
+                        if r.tree.as_deref() != Some(chain_tree.as_str()) {
+                            anyhow::bail!(
+                                "gate {name}'s latest result was measured on applied tree {}, not on the chain's {}; run it again first",
+                                short(r.tree.as_deref().unwrap_or("none")),
+                                short(&chain_tree)
+                            );
+                        }
+                        let b = crate::gate::baseline::from_result(&spec.baseline, &r)?;
+                        let out = crate::gate::baseline::path(&gates_dir, name);
+                        let mut text = serde_json::to_string_pretty(&b)?;
+                        text.push('\n');
+                        crate::fsx::write_atomic(&out, text.as_bytes())?;
+                        println!(
+                            "gate baseline: {} row(s) of {name} ({} figure(s) held) from applied tree {} → {}",
+                            b.rows.len(),
+                            spec.baseline.len(),
+                            short(&b.tree),
+                            out.display()
+                        );
+                    }
+                    Ok(0)
+                }
                 GateCmd::Report { allow_stale } => {
                     let dir = project.root.join("build").join("gates");
                     let mut results = Vec::new();
@@ -901,13 +946,7 @@ fn run(cli: &Cli) -> Result<i32> {
                             dir.display()
                         );
                     }
-                    // The tree the chain ends at, from the lock (the base when there is no patch).
-                    let lock = crate::chain::lock::Lock::load(&project.patches_dir)?
-                        .context("patches/patches.lock is missing; run `polykv-forge export`")?;
-                    let chain_tree = lock
-                        .lines
-                        .last()
-                        .map_or(lock.base.clone(), |l| l.tree.clone());
+                    let chain_tree = project.chain_tree()?;
                     let stale = crate::gate::report::stale(&results, &chain_tree);
                     if !stale.is_empty() && !*allow_stale {
                         anyhow::bail!(CheckFailed {

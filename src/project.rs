@@ -232,7 +232,8 @@ impl Project {
             crate::gate::Kind::Decode => crate::gate::decode::run(spec, &ctx),
             crate::gate::Kind::SharedPool => crate::gate::shared_pool::run(spec, &ctx),
         };
-        let ok = crate::gate::engine::finish(spec, &mut rows);
+        let baseline = crate::gate::baseline::load(&self.root.join("gates"), &spec.name)?;
+        let ok = crate::gate::engine::finish(spec, &mut rows, baseline.as_ref());
         Ok(GateResult {
             gate: spec.name.clone(),
             description: spec.description.clone(),
@@ -245,8 +246,21 @@ impl Project {
             tree: Some(manifest.tree.clone()),
             columns: crate::gate::engine::columns(spec, &rows),
             rows,
-            notes: crate::gate::engine::notes(spec),
+            notes: crate::gate::engine::notes(spec, baseline.as_ref()),
         })
+    }
+
+    /// The applied tree the chain in patches/ ends at (patches.lock's last
+    /// line; the base when the series is empty).
+    pub fn chain_tree(&self) -> Result<String> {
+        match crate::chain::lock::Lock::load(&self.patches_dir)? {
+            Some(lock) => Ok(lock
+                .lines
+                .last()
+                .map_or(lock.base.clone(), |l| l.tree.clone())),
+            None if self.series()?.patches.is_empty() => Ok(self.manifest.upstream.tree.clone()),
+            None => anyhow::bail!("patches/patches.lock is missing; run `polykv-forge export`"),
+        }
     }
 
     pub fn default_workdir(&self) -> PathBuf {

@@ -28,6 +28,21 @@ answer = 42
 answer = 42
 "#;
 
+/// The same figure held to a committed baseline instead of fixed thresholds.
+const HELD: &str = r#"
+name = "held"
+description = "the answer may not grow past its baseline"
+binaries = ["llama-completion"]
+run = [["{bin:llama-completion}"]]
+
+[[figures]]
+name = "answer"
+regex = 'answer=([0-9]+)'
+
+[baseline]
+answer = { better = "lower", margin = 0.0 }
+"#;
+
 const NEEDS_MODEL: &str = r#"
 name = "needs-model"
 description = "a gate whose model is not fetched"
@@ -50,6 +65,7 @@ fn build_manifest_check_tamper_and_gates() {
     std::fs::create_dir_all(fx.root.join("gates")).unwrap();
     std::fs::write(fx.root.join("gates/answer.toml"), GATE).unwrap();
     std::fs::write(fx.root.join("gates/needs-model.toml"), NEEDS_MODEL).unwrap();
+    std::fs::write(fx.root.join("gates/held.toml"), HELD).unwrap();
     let manifest = fx.root.join("vendor-manifest.toml");
     let mut m = std::fs::read_to_string(&manifest).unwrap();
     m.push_str(
@@ -103,6 +119,18 @@ fn build_manifest_check_tamper_and_gates() {
             .unwrap();
     assert_eq!(json["status"], "passed");
     assert_eq!(json["rows"][0]["figures"]["answer"], 42.0);
+
+    // A held figure without a committed baseline fails; `gate baseline` commits one.
+    let out = fx.fails(&["gate", "run", "held"], 1);
+    assert!(out.contains("answer 42 > 0 (no baseline value)"), "{out}");
+    let out = fx.ok(&["gate", "baseline", "held"]);
+    assert!(out.contains("1 row(s) of held"), "{out}");
+    let b: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fx.root.join("gates/baselines/held.json")).unwrap())
+            .unwrap();
+    assert_eq!(b["rows"][0]["figures"]["answer"], 42.0);
+    let out = fx.ok(&["gate", "run", "held"]);
+    assert!(out.contains("gate held: passed"), "{out}");
 
     // One byte changed in libggml-cpu.so: refused by build --check and by gate run.
     let lib = fx.root.join("build/cpu/bin/libggml-cpu.so");
@@ -163,6 +191,27 @@ fn build_manifest_check_tamper_and_gates() {
     fx.ok(&["build", "--target", "llama-completion"]);
     let out = fx.fails(&["gate", "run", "answer"], 1);
     assert!(out.contains("FAIL (answer 43 > 42)"), "{out}");
+    // The baseline catches the regression, and the report lists it first.
+    let out = fx.fails(&["gate", "run", "held"], 1);
+    assert!(out.contains("FAIL (answer 43 > 42 (baseline 42))"), "{out}");
+    let report = fx.ok(&["gate", "report"]);
+    assert!(
+        report.contains("**Regressions against the committed baselines** (1)")
+            && report.contains("- held -/-: answer 43 > 42 (baseline 42)"),
+        "{report}"
+    );
+    // A result of another applied tree is refused by the report, or marked stale.
+    let r = fx.root.join("build/gates/answer.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&r).unwrap()).unwrap();
+    v["tree"] = "0".repeat(40).into();
+    std::fs::write(&r, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = fx.fails(&["gate", "report"], 1);
+    assert!(out.contains("measured on another applied tree"), "{out}");
+    let report = fx.ok(&["gate", "report", "--allow-stale"]);
+    assert!(
+        report.contains("stale: measured on applied tree `0000"),
+        "{report}"
+    );
 }
 
 #[test]

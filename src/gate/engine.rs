@@ -266,8 +266,9 @@ pub fn run_commands(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
     rows
 }
 
-/// Adds derived figures and evaluates thresholds; returns whether all rows pass.
-pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
+/// Adds derived figures and evaluates thresholds (the spec's, and the floors
+/// its `[baseline]` table derives from `baseline`); returns whether all rows pass.
+pub fn finish(spec: &Spec, rows: &mut [Row], baseline: Option<&super::baseline::Baseline>) -> bool {
     // Derived ratios against another configuration of the same model.
     let snapshot: Vec<(String, String, BTreeMap<String, f64>)> = rows
         .iter()
@@ -367,6 +368,7 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
             add(&c.min, "min");
             add(&c.max, "max");
         }
+        checks.extend(super::baseline::checks(&spec.baseline, baseline, r));
         r.checks = checks;
         let reported = spec
             .report_only
@@ -382,8 +384,9 @@ pub fn finish(spec: &Spec, rows: &mut [Row]) -> bool {
 
 /// Lines the report prints under the table: the frontier rule and the rows
 /// it only reports, with their reasons.
-pub fn notes(spec: &Spec) -> Vec<String> {
+pub fn notes(spec: &Spec, baseline: Option<&super::baseline::Baseline>) -> Vec<String> {
     let mut out: Vec<String> = spec.report_only.iter().map(|x| x.note()).collect();
+    out.extend(super::baseline::note(&spec.baseline, baseline, &spec.name));
     let Some(f) = &spec.frontier else {
         return out;
     };
@@ -490,7 +493,7 @@ max = { kld = 0.05 }
                 ..Default::default()
             },
         ];
-        assert!(!finish(&s, &mut rows));
+        assert!(!finish(&s, &mut rows, None));
         assert!(rows[0].ok);
         assert!(!rows[1].ok);
         assert_eq!(rows[1].figures["ratio"], 3.0);
@@ -545,7 +548,7 @@ name = "t2"
             row("t3", 0.39, 7.0),
             row("t2", 1.7, 5.0),
         ];
-        assert!(!finish(&s, &mut rows));
+        assert!(!finish(&s, &mut rows, None));
         assert!((rows[2].figures["kld_limit"] - 0.4).abs() < 1e-12);
         assert!(rows[2].ok);
         assert!((rows[3].figures["kld_limit"] - 1.6).abs() < 1e-12);
@@ -563,7 +566,7 @@ name = "t2"
                 why: "w".into(),
             });
         }
-        assert!(finish(&s, &mut rows));
+        assert!(finish(&s, &mut rows, None));
         assert_eq!(rows[3].figures["frontier_ok"], 0.0);
         assert!(rows[3].ok);
     }
@@ -598,16 +601,16 @@ name = "small"
             ..Default::default()
         };
         let mut rows = vec![row("m", "big", 1.0), row("m", "small", 0.0)];
-        assert!(finish(&s, &mut rows));
+        assert!(finish(&s, &mut rows, None));
         assert!(rows[1].ok && rows[1].reported);
         assert!(!rows[0].reported);
-        assert!(notes(&s)[0].contains("small on m: too coarse"));
+        assert!(notes(&s, None)[0].contains("small on m: too coarse"));
         // Another model is not covered.
         let mut rows = vec![row("n", "small", 0.0)];
-        assert!(!finish(&s, &mut rows));
+        assert!(!finish(&s, &mut rows, None));
         // An error is never reported away.
         let mut rows = vec![row("m", "small", 0.0)];
         rows[0].error = Some("crashed".into());
-        assert!(!finish(&s, &mut rows));
+        assert!(!finish(&s, &mut rows, None));
     }
 }

@@ -4,6 +4,7 @@
 //! table and writes `build/gates/<name>.json`. A gate that cannot run is
 //! "skipped: why", never "passed".
 
+pub mod baseline;
 pub mod decode;
 pub mod engine;
 pub mod http;
@@ -84,6 +85,10 @@ pub struct Spec {
     /// (a known shortfall, said plainly); a row that errors still fails.
     #[serde(default)]
     pub report_only: Vec<ReportOnly>,
+    /// Figures held to the committed baseline (`gates/baselines/<name>.json`)
+    /// within a margin, in every row.
+    #[serde(default)]
+    pub baseline: BTreeMap<String, baseline::Hold>,
 }
 
 /// The frontier rule: for each configuration in `configs`, `figure` must be
@@ -236,6 +241,14 @@ impl Spec {
                     path.display(),
                     d.name
                 ),
+            }
+        }
+        for (fig, h) in &spec.baseline {
+            if !(h.margin >= 0.0 && h.slack >= 0.0) {
+                bail!(
+                    "{}: baseline {fig}: margin and slack must be >= 0",
+                    path.display()
+                );
             }
         }
         if let Some(f) = &spec.frontier {

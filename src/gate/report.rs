@@ -148,15 +148,7 @@ fn table_of(columns: &[String], rows: &[&Row]) -> String {
                     .checks
                     .iter()
                     .filter(|k| !k.ok)
-                    .map(|k| {
-                        format!(
-                            "{} {} {} {}",
-                            k.figure,
-                            k.value.map(fmt_num).unwrap_or_else(|| "missing".into()),
-                            if k.op == "min" { "<" } else { ">" },
-                            fmt_num(k.threshold)
-                        )
-                    })
+                    .map(describe_failed)
                     .collect();
                 format!(
                     "{} ({})",
@@ -173,6 +165,23 @@ fn table_of(columns: &[String], rows: &[&Row]) -> String {
         lines.push(format!("| {} |", cells.join(" | ")));
     }
     lines.join("\n")
+}
+
+/// A failed check in words: `top1 40 < 59.250 (baseline 62.5)`.
+fn describe_failed(k: &Check) -> String {
+    // "min (baseline 90)": the floor comes from the committed baseline
+    let why =
+        k.op.split_once(' ')
+            .filter(|(op, _)| *op == "min" || *op == "max")
+            .map(|(_, e)| format!(" {e}"))
+            .unwrap_or_default();
+    format!(
+        "{} {} {} {}{why}",
+        k.figure,
+        k.value.map(fmt_num).unwrap_or_else(|| "missing".into()),
+        if k.op.starts_with("min") { "<" } else { ">" },
+        fmt_num(k.threshold)
+    )
 }
 
 /// The results measured on another applied tree than `chain_tree` (the tree
@@ -199,6 +208,35 @@ pub fn markdown(results: &[GateResult], chain_tree: &str) -> String {
             .map(|k| format!(", artifact key `{k}`"))
             .unwrap_or_default()
     ));
+    let regressions: Vec<String> = results
+        .iter()
+        .flat_map(|r| {
+            r.rows.iter().flat_map(move |row| {
+                row.checks
+                    .iter()
+                    .filter(|c| !c.ok && c.op.contains("baseline"))
+                    .map(move |c| {
+                        format!(
+                            "{} {}/{}: {}",
+                            r.gate,
+                            row.model,
+                            row.config,
+                            describe_failed(c)
+                        )
+                    })
+            })
+        })
+        .collect();
+    if !regressions.is_empty() {
+        out.push_str(&format!(
+            "**Regressions against the committed baselines** ({}):\n\n",
+            regressions.len()
+        ));
+        for l in &regressions {
+            out.push_str(&format!("- {l}\n"));
+        }
+        out.push('\n');
+    }
     for r in results {
         let mut status = match r.status {
             Status::Passed => "passed".to_string(),
@@ -308,10 +346,44 @@ mod stale_tests {
         assert_eq!(stale[0].gate, "old");
         let md = markdown(&results, "aaaa");
         assert!(md.contains("Figures of applied tree `aaaa`"), "{md}");
+        assert!(!md.contains("Regressions"), "{md}");
         assert!(
             md.contains("stale: measured on applied tree `bbbb`"),
             "{md}"
         );
         assert_eq!(md.matches("stale:").count(), 1, "{md}");
+    }
+
+    #[test]
+    fn regressions_against_a_baseline_are_listed_first() {
+        let mut r = result("decode", Some("aaaa"));
+        r.status = Status::Failed;
+        r.rows.push(Row {
+            model: "m".into(),
+            config: "turbo2".into(),
+            figures: BTreeMap::from([("top1".into(), 40.0)]),
+            checks: vec![Check {
+                figure: "top1".into(),
+                op: "min (baseline 62.5)".into(),
+                threshold: 59.25,
+                value: Some(40.0),
+                ok: false,
+            }],
+            ..Default::default()
+        });
+        r.columns = vec!["top1".into()];
+        let md = markdown(&[r], "aaaa");
+        assert!(
+            md.contains("**Regressions against the committed baselines** (1)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- decode m/turbo2: top1 40 < 59.250 (baseline 62.5)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("FAIL (top1 40 < 59.250 (baseline 62.5))"),
+            "{md}"
+        );
     }
 }
