@@ -205,6 +205,29 @@ fn keep_first_patch(project: &Path) {
     }
 }
 
+/// `rebase --to PIN --json --write-conflicts STACK` (a conflict is exit 1, not a failure); its report.
+fn rebase_with_conflicts(
+    project: &Path,
+    home: &Path,
+    pin: &Path,
+    stack: &Path,
+) -> serde_json::Value {
+    let o = forge(
+        project,
+        home,
+        &[
+            "rebase",
+            "--to",
+            pin.to_str().unwrap(),
+            "--json",
+            "--write-conflicts",
+            stack.to_str().unwrap(),
+        ],
+    );
+    assert!(o.code == 0 || o.code == 1, "{}", o.dump("rebase"));
+    serde_json::from_str(&o.stdout).unwrap()
+}
+
 /// b11312 (llama-cpp-python 0.3.36) → b10454 (0.3.35) and back, through the
 /// pip-sdist sources; each report checked against `git merge-file`.
 #[test]
@@ -236,20 +259,7 @@ fn real_rebase_between_pins_and_back() {
     // Down: b11312 → b10454.
     let after = lock_after(&copy);
     let stack = tmp.path().join("stack");
-    let o = forge(
-        &copy,
-        &home,
-        &[
-            "rebase",
-            "--to",
-            pin35.to_str().unwrap(),
-            "--json",
-            "--write-conflicts",
-            stack.to_str().unwrap(),
-        ],
-    );
-    assert!(o.code == 0 || o.code == 1, "{}", o.dump("rebase down"));
-    let down: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let down = rebase_with_conflicts(&copy, &home, &pin35, &stack);
     let checked =
         assert_report_matches_merge_file(&down, &old_pin, &tree35, &after, &home, tmp.path());
     assert!(
@@ -345,20 +355,7 @@ fn real_rebase_of_the_whole_chain_matches_git_merge_file() {
         .collect();
     assert!(after.len() >= 4, "the chain has {} patches", after.len());
     let stack = tmp.path().join("stack");
-    let o = forge(
-        &copy,
-        &home,
-        &[
-            "rebase",
-            "--to",
-            pin35.to_str().unwrap(),
-            "--json",
-            "--write-conflicts",
-            stack.to_str().unwrap(),
-        ],
-    );
-    assert!(o.code == 0 || o.code == 1, "{}", o.dump("rebase down"));
-    let report: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let report = rebase_with_conflicts(&copy, &home, &pin35, &stack);
     let patches = report["patches"].as_array().unwrap();
     assert_eq!(patches.len(), after.len(), "{report:#}");
     // base, then one commit per rebased patch
