@@ -891,33 +891,21 @@ fn run(cli: &Cli) -> Result<i32> {
                 }
                 GateCmd::Baseline { names } => {
                     let chain_tree = project.chain_tree()?;
-                    let gates_dir = project.root.join("gates");
+                    let results = project.root.join("build").join("gates");
                     for name in names {
                         let (_, spec) = gates
                             .iter()
                             .find(|(_, g)| &g.name == name)
                             .with_context(|| format!("no gate named `{name}` in gates/"))?;
-                        let p = project
-                            .root
-                            .join("build/gates")
-                            .join(format!("{name}.json"));
-                        let r: crate::gate::report::GateResult =
-                            serde_json::from_slice(&crate::fsx::read(&p).with_context(|| {
-                                format!("no result of gate {name}: run `polykv-forge gate run {name}` first")
-                            })?)
-                            .with_context(|| format!("parsing {}", p.display()))?;
-                        if r.tree.as_deref() != Some(chain_tree.as_str()) {
-                            anyhow::bail!(
-                                "gate {name}'s latest result was measured on applied tree {}, not on the chain's {}; run it again first",
-                                short(r.tree.as_deref().unwrap_or("none")),
-                                short(&chain_tree)
-                            );
-                        }
-                        let b = crate::gate::baseline::from_result(&spec.baseline, &r)?;
-                        let out = crate::gate::baseline::path(&gates_dir, name);
-                        let mut text = serde_json::to_string_pretty(&b)?;
-                        text.push('\n');
-                        crate::fsx::write_atomic(&out, text.as_bytes())?;
+                        let r = crate::gate::report::load_latest(&results, name)?.with_context(
+                            || format!("no result of gate {name}: run `polykv-forge gate run {name}` first"),
+                        )?;
+                        let (out, b) = crate::gate::baseline::commit(
+                            &project.root.join("gates"),
+                            &spec.baseline,
+                            &r,
+                            &chain_tree,
+                        )?;
                         println!(
                             "gate baseline: {} row(s) of {name} ({} figure(s) held) from applied tree {} → {}",
                             b.rows.len(),
@@ -932,13 +920,7 @@ fn run(cli: &Cli) -> Result<i32> {
                     let dir = project.root.join("build").join("gates");
                     let mut results = Vec::new();
                     for (_, g) in &gates {
-                        let p = dir.join(format!("{}.json", g.name));
-                        if let Ok(bytes) = std::fs::read(&p) {
-                            results.push(
-                                serde_json::from_slice::<crate::gate::report::GateResult>(&bytes)
-                                    .with_context(|| format!("parsing {}", p.display()))?,
-                            );
-                        }
+                        results.extend(crate::gate::report::load_latest(&dir, &g.name)?);
                     }
                     if results.is_empty() {
                         anyhow::bail!(

@@ -125,20 +125,17 @@ pub fn edit(
     drop(head);
     drop(base_tree);
     drop(repo);
+    // Only now is the old stack (empty, or replaced with --force) removed:
+    // moved aside first, so that a crash leaves one of the two whole.
+    let old = fsx::sibling(dir, "edit-old");
+    fsx::remove_dir_all_if_exists(&old)?;
     if dir.exists() {
-        // Only now is the old stack (empty, or replaced with --force) removed:
-        // moved aside first, so that a crash leaves one of the two whole.
-        let old = fsx::sibling(dir, "edit-old");
-        fsx::remove_dir_all_if_exists(&old)?;
         std::fs::rename(dir, &old)
             .with_context(|| format!("moving the old stack {} aside", dir.display()))?;
-        std::fs::rename(&staging, dir)
-            .with_context(|| format!("moving the stack to {}", dir.display()))?;
-        fsx::remove_dir_all_if_exists(&old)?;
-    } else {
-        std::fs::rename(&staging, dir)
-            .with_context(|| format!("moving the stack to {}", dir.display()))?;
     }
+    std::fs::rename(&staging, dir)
+        .with_context(|| format!("moving the stack to {}", dir.display()))?;
+    fsx::remove_dir_all_if_exists(&old)?;
     Ok(EditReport {
         dir: dir.display().to_string(),
         base_commit: base_commit.to_string(),

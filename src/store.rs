@@ -40,10 +40,6 @@ impl Store {
         Ok(base.join("polykv-forge"))
     }
 
-    pub fn open_default() -> Result<Store> {
-        Store::open(&Store::default_root()?)
-    }
-
     pub fn open(root: &Path) -> Result<Store> {
         fsx::create_dir_all(root)?;
         let git_dir = root.join("objects-v1.git");

@@ -205,6 +205,16 @@ fn keep_first_patch(project: &Path) {
     }
 }
 
+/// The project's chain: its tree after each patch, in order (patches.lock).
+fn chain_trees(project: &Path) -> Vec<String> {
+    std::fs::read_to_string(project.join("patches/patches.lock"))
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').next().is_some_and(|f| f.ends_with(".patch")))
+        .map(|l| l.split(' ').nth(2).unwrap().to_string())
+        .collect()
+}
+
 /// `rebase --to PIN --json --write-conflicts STACK` (a conflict is exit 1, not a failure); its report.
 fn rebase_with_conflicts(
     project: &Path,
@@ -245,16 +255,7 @@ fn real_rebase_between_pins_and_back() {
         let v: toml::Value = toml::from_str(&std::fs::read_to_string(&pin35).unwrap()).unwrap();
         v["upstream"]["tree"].as_str().unwrap().to_string()
     };
-    let lock_after = |dir: &Path| -> String {
-        let l = std::fs::read_to_string(dir.join("patches/patches.lock")).unwrap();
-        l.lines()
-            .last()
-            .unwrap()
-            .split(' ')
-            .nth(2)
-            .unwrap()
-            .to_string()
-    };
+    let lock_after = |dir: &Path| chain_trees(dir).pop().unwrap();
 
     // Down: b11312 → b10454.
     let after = lock_after(&copy);
@@ -346,13 +347,7 @@ fn real_rebase_of_the_whole_chain_matches_git_merge_file() {
     copy_project(&root, &copy);
     let old_pin = pinned_tree();
     let pin35 = root.join("tests/fixtures/pin-llama-cpp-python-0.3.35.toml");
-    let lock = std::fs::read_to_string(copy.join("patches/patches.lock")).unwrap();
-    // the old chain's tree after each patch, in order
-    let after: Vec<String> = lock
-        .lines()
-        .filter(|l| l.split(' ').next().is_some_and(|f| f.ends_with(".patch")))
-        .map(|l| l.split(' ').nth(2).unwrap().to_string())
-        .collect();
+    let after = chain_trees(&copy);
     assert!(after.len() >= 4, "the chain has {} patches", after.len());
     let stack = tmp.path().join("stack");
     let report = rebase_with_conflicts(&copy, &home, &pin35, &stack);

@@ -158,6 +158,30 @@ pub fn from_result(holds: &BTreeMap<String, Hold>, r: &GateResult) -> Result<Bas
     })
 }
 
+/// Writes `gates/baselines/<gate>.json` from `r`, the gate's latest result,
+/// which must have been measured on `chain_tree`; returns the path and the baseline.
+pub fn commit(
+    gates_dir: &Path,
+    holds: &BTreeMap<String, Hold>,
+    r: &GateResult,
+    chain_tree: &str,
+) -> Result<(PathBuf, Baseline)> {
+    if r.tree.as_deref() != Some(chain_tree) {
+        bail!(
+            "gate {}'s latest result was measured on applied tree {}, not on the chain's {}; run it again first",
+            r.gate,
+            crate::show::prefix(r.tree.as_deref().unwrap_or("none"), 12),
+            crate::show::prefix(chain_tree, 12)
+        );
+    }
+    let b = from_result(holds, r)?;
+    let out = path(gates_dir, &r.gate);
+    let mut text = serde_json::to_string_pretty(&b)?;
+    text.push('\n');
+    crate::fsx::write_atomic(&out, text.as_bytes())?;
+    Ok((out, b))
+}
+
 /// The checks one row owes its baseline. Without a baseline value a held
 /// figure fails (threshold NaN cannot be stored in JSON: 0, op says why).
 pub fn checks(holds: &BTreeMap<String, Hold>, base: Option<&Baseline>, row: &Row) -> Vec<Check> {

@@ -167,6 +167,19 @@ fn table_of(columns: &[String], rows: &[&Row]) -> String {
     lines.join("\n")
 }
 
+/// The latest result of `gate` in `dir` (`build/gates/<gate>.json`), if it ran.
+pub fn load_latest(dir: &std::path::Path, gate: &str) -> anyhow::Result<Option<GateResult>> {
+    use anyhow::Context;
+    let p = dir.join(format!("{gate}.json"));
+    match std::fs::read(&p) {
+        Ok(bytes) => Ok(Some(
+            serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", p.display()))?,
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
+    }
+}
+
 /// A failed check in words: `top1 40 < 59.250 (baseline 62.5)`.
 fn describe_failed(k: &Check) -> String {
     // "min (baseline 90)": the floor comes from the committed baseline

@@ -514,15 +514,20 @@ fn cancelled(port: u16, body: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Running tasks the server says their clients cancelled (patch 0003's counter).
+fn cancelled_total(port: u16) -> Result<f64> {
+    metrics(port)?
+        .get("tasks_cancelled_total")
+        .copied()
+        .context("/metrics has no llamacpp:tasks_cancelled_total (is patch 0003 in the build?)")
+}
+
 fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
     let port = server.port();
     let (_, doc) = document(server, text, p)?;
     fill_pool(port, POOL, &doc)?;
     let question = tokenize(server, QUESTIONS[0])?;
-    let cancelled_before = metrics(port)?
-        .get("tasks_cancelled_total")
-        .copied()
-        .context("/metrics has no llamacpp:tasks_cancelled_total (is patch 0003 in the build?)")?;
+    let cancelled_before = cancelled_total(port)?;
     let mut jobs = Vec::new();
     for i in 0..32usize {
         let sfx = tokenize(
@@ -604,11 +609,7 @@ fn robustness(server: &Server, text: &str, p: usize) -> Result<Figures> {
     }
     // What the server counts, not what the client did: a dropped stream it did not
     // cancel (it ran to the end) is not a cancellation.
-    let n_cancelled = metrics(port)?
-        .get("tasks_cancelled_total")
-        .copied()
-        .unwrap_or(f64::NAN)
-        - cancelled_before;
+    let n_cancelled = cancelled_total(port)? - cancelled_before;
     let pool = slots(port)?
         .into_iter()
         .find(|s| s["id"] == json!(POOL))
