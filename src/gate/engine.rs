@@ -185,9 +185,7 @@ pub fn run_commands(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
     let configs: Vec<Config> = if spec.configs.is_empty() {
         vec![Config {
             name: "-".into(),
-            vars: BTreeMap::new(),
-            min: BTreeMap::new(),
-            max: BTreeMap::new(),
+            ..Config::default()
         }]
     } else {
         spec.configs.clone()
@@ -367,6 +365,21 @@ pub fn finish(spec: &Spec, rows: &mut [Row], baseline: Option<&super::baseline::
         if let Some(c) = cfg {
             add(&c.min, "min");
             add(&c.max, "max");
+            for (fig, other) in &c.below {
+                let value = r.figures.get(fig).copied();
+                let reference = snapshot
+                    .iter()
+                    .find(|(m, name, _)| *m == r.model && name == other)
+                    .and_then(|(_, _, f)| f.get(fig).copied());
+                checks.push(Check {
+                    figure: fig.clone(),
+                    op: format!("below({other})"),
+                    // JSON has no NaN: a missing reference shows as 0 and fails.
+                    threshold: reference.unwrap_or(0.0),
+                    value,
+                    ok: matches!((value, reference), (Some(v), Some(b)) if v < b),
+                });
+            }
         }
         checks.extend(super::baseline::checks(&spec.baseline, baseline, r));
         r.checks = checks;
@@ -444,6 +457,16 @@ mod tests {
         assert_eq!(expand("-ctk={k}", &v, bin).unwrap(), "-ctk=q8_0");
         assert!(expand("{nope}", &v, bin).is_err());
         assert!(expand("{k", &v, bin).is_err());
+    }
+
+    /// A row of `model` × `config` holding one figure.
+    fn one_figure_row(model: &str, config: &str, figure: &str, value: f64) -> Row {
+        Row {
+            model: model.into(),
+            config: config.into(),
+            figures: [(figure.to_string(), value)].into(),
+            ..Default::default()
+        }
     }
 
     fn spec(toml_text: &str) -> Spec {
@@ -571,6 +594,57 @@ name = "t2"
         assert!(rows[3].ok);
     }
 
+    /// `below`: a configuration's figure must be strictly under another
+    /// configuration's, same model; a missing reference fails.
+    #[test]
+    fn below_another_configuration() {
+        let s = spec(
+            r#"
+name = "t"
+description = "d"
+[[configs]]
+name = "scalar"
+[[configs]]
+name = "trellis"
+below = { kld = "scalar" }
+[[figures]]
+name = "kld"
+regex = 'x'
+"#,
+        );
+        let row = |model: &str, config: &str, kld: f64| one_figure_row(model, config, "kld", kld);
+        let mut rows = vec![
+            row("a", "scalar", 0.2),
+            row("a", "trellis", 0.15),
+            row("b", "scalar", 0.2),
+            row("b", "trellis", 0.2),
+            row("c", "trellis", 0.01),
+        ];
+        assert!(!finish(&s, &mut rows, None));
+        assert!(rows[1].ok);
+        assert!(!rows[3].ok, "equal is not below");
+        assert!(!rows[4].ok, "no reference row for model c");
+        let c = rows[1]
+            .checks
+            .iter()
+            .find(|c| c.op == "below(scalar)")
+            .unwrap();
+        assert_eq!(c.threshold, 0.2);
+    }
+
+    #[test]
+    fn below_must_name_another_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(
+            &p,
+            "name = \"t\"\ndescription = \"d\"\nrun = [[\"x\"]]\n[[configs]]\nname = \"a\"\nbelow = { kld = \"nope\" }\n",
+        )
+        .unwrap();
+        let e = crate::gate::Spec::load(&p).unwrap_err().to_string();
+        assert!(e.contains("must be below `nope`"), "{e}");
+    }
+
     /// A reported-only row that misses a threshold passes the gate, marked;
     /// an error on such a row still fails it.
     #[test]
@@ -594,11 +668,8 @@ name = "big"
 name = "small"
 "#,
         );
-        let row = |model: &str, config: &str, recall: f64| Row {
-            model: model.into(),
-            config: config.into(),
-            figures: [("recall".to_string(), recall)].into(),
-            ..Default::default()
+        let row = |model: &str, config: &str, recall: f64| {
+            one_figure_row(model, config, "recall", recall)
         };
         let mut rows = vec![row("m", "big", 1.0), row("m", "small", 0.0)];
         assert!(finish(&s, &mut rows, None));

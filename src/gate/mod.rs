@@ -181,7 +181,7 @@ fn one() -> f64 {
     1.0
 }
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub name: String,
@@ -191,6 +191,11 @@ pub struct Config {
     pub min: BTreeMap<String, f64>,
     #[serde(default)]
     pub max: BTreeMap<String, f64>,
+    /// Figures that must be strictly below the same figure of another
+    /// configuration, same model, same run (figure → configuration): a new
+    /// tier must beat the one it replaces.
+    #[serde(default)]
+    pub below: BTreeMap<String, String>,
 }
 
 impl Spec {
@@ -249,6 +254,17 @@ impl Spec {
                     "{}: baseline {fig}: margin and slack must be >= 0",
                     path.display()
                 );
+            }
+        }
+        for c in &spec.configs {
+            for other in c.below.values() {
+                if other == &c.name || !spec.configs.iter().any(|x| &x.name == other) {
+                    bail!(
+                        "{}: configuration `{}` must be below `{other}`, which is not another configuration of the gate",
+                        path.display(),
+                        c.name
+                    );
+                }
             }
         }
         if let Some(f) = &spec.frontier {
