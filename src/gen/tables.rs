@@ -28,21 +28,17 @@ const SIGN_SEED: u64 = 0x243F_6A88_85A3_08D3;
 pub const GROUPS: [u32; 2] = [128, 64];
 pub const BITS: [u32; 3] = [2, 3, 4];
 
-/// splitmix64: a fixed, documented sequence, so the signs never depend on
-/// a platform's RNG.
-fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The 128 signs (±1); a 64-value group uses the first 64.
 pub fn signs() -> Vec<i8> {
     let mut s = SIGN_SEED;
     (0..128)
-        .map(|_| if splitmix64(&mut s) >> 63 == 1 { -1 } else { 1 })
+        .map(|_| {
+            if trellis::splitmix64(&mut s) >> 63 == 1 {
+                -1
+            } else {
+                1
+            }
+        })
         .collect()
 }
 
@@ -123,9 +119,11 @@ fn tcq_tables() -> String {
         ev = e.vectors,
         es = e.seed,
     );
+    let eval128 = trellis::sphere_samples(e.seed, e.vectors, 128);
+    let eval64 = trellis::sphere_samples(e.seed, e.vectors, 64);
     for tr in trellis::tiers() {
-        let m128 = tr.mse(&trellis::sphere_samples(e.seed, e.vectors, 128), 128, false);
-        let m64 = tr.mse(&trellis::sphere_samples(e.seed, e.vectors, 64), 64, false);
+        let m128 = tr.mse(&eval128, 128);
+        let m64 = tr.mse(&eval64, 64);
         let lut: Vec<f64> = tr.lut.iter().map(|&x| x as f64).collect();
         s.push_str(&format!(
             "// {} bits: MSE per coordinate {m128:.6} (group 128), {m64:.6} (group 64), unit variance\n\

@@ -26,7 +26,7 @@ fn main() {
                     continue;
                 }
             };
-            let mse = tr.mse(&data, 128, false);
+            let mse = tr.mse(&data, 128);
             let work = (1u64 << l) as f64 / 256.0;
             let bound = 0.25f64.powi(k as i32);
             println!(

@@ -64,7 +64,9 @@ pub struct Training {
     pub iterations: usize,
 }
 
-fn splitmix64(state: &mut u64) -> u64 {
+/// splitmix64: a fixed, documented sequence, so nothing depends on a
+/// platform's RNG (also the turbo tables' sign sequence).
+pub fn splitmix64(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
     let mut z = *state;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -340,32 +342,17 @@ impl Trellis {
     }
 
     /// Mean squared error per coordinate over `data` (rows of `dim`), with
-    /// the code's own values (scale 1) or each row rescaled by the
-    /// least-squares factor.
-    pub fn mse(&self, data: &[f32], dim: usize, least_squares: bool) -> f64 {
+    /// the code's own values (scale 1).
+    pub fn mse(&self, data: &[f32], dim: usize) -> f64 {
         let mut err = 0.0f64;
         let mut out = vec![0.0f32; dim];
         for v in data.chunks(dim) {
             let (stream, _) = self.encode(v);
             self.decode(&stream, &mut out);
-            let a = if least_squares {
-                let num: f64 = v.iter().zip(&out).map(|(x, c)| (x * c) as f64).sum();
-                let den: f64 = out.iter().map(|c| (c * c) as f64).sum();
-                if den > 0.0 {
-                    num / den
-                } else {
-                    1.0
-                }
-            } else {
-                1.0
-            };
             err += v
                 .iter()
                 .zip(&out)
-                .map(|(x, c)| {
-                    let e = *x as f64 - a * *c as f64;
-                    e * e
-                })
+                .map(|(x, c)| (*x as f64 - *c as f64).powi(2))
                 .sum::<f64>();
         }
         err / data.len() as f64
@@ -554,7 +541,7 @@ mod tests {
                 .map(|y| naive_best_error(tr, y, None))
                 .sum::<f64>()
                 / data.len() as f64;
-            let fast = tr.mse(&data, 128, false);
+            let fast = tr.mse(&data, 128);
             assert!(
                 fast >= exact - 1e-9 && fast <= exact * 1.01,
                 "{fast} vs {exact}"
@@ -586,7 +573,7 @@ mod tests {
         assert_eq!(a.lut, b.lut);
         let init = Trellis::initial(3, 6).unwrap();
         let data = sphere_samples(11, 40, 64);
-        assert!(a.mse(&data, 64, false) < init.mse(&data, 64, false));
+        assert!(a.mse(&data, 64) < init.mse(&data, 64));
     }
 
     #[test]
