@@ -45,6 +45,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "test-backend-ops",
     "test-quantize-fns",
     "test-polykv-kv-shift",
+    "test-polykv-kv-mean",
     "test-polykv-turbo",
     "test-polykv-turbo-cuda",
 ];

@@ -65,16 +65,23 @@ pub fn expand(arg: &str, vars: &Vars, bin_dir: &Path) -> Result<String> {
 }
 
 /// Runs one command, appending its stdout and stderr to `log`, within `timeout`.
-pub fn run_command(argv: &[String], log: &Path, timeout: Duration) -> Result<()> {
+pub fn run_command(
+    argv: &[String],
+    env: &BTreeMap<String, String>,
+    log: &Path,
+    timeout: Duration,
+) -> Result<()> {
     use std::io::Write;
     let mut f = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .with_context(|| format!("opening {}", log.display()))?;
-    writeln!(f, "$ {}", crate::build::show_command(argv))?;
+    let shown_env: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
+    writeln!(f, "$ {shown_env}{}", crate::build::show_command(argv))?;
     let mut child = Command::new(&argv[0])
         .args(&argv[1..])
+        .envs(env)
         .stdin(Stdio::null())
         .stdout(f.try_clone()?)
         .stderr(f.try_clone()?)
@@ -215,7 +222,7 @@ pub fn run_commands(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
                 cmd.iter().map(|a| expand(a, &vars, &ctx.bin_dir)).collect();
             if let Err(e) = argv.and_then(|argv| {
                 crate::progress::note(&format!("gate {}: {model}: setup", spec.name));
-                run_command(&argv, &setup_log, timeout)
+                run_command(&argv, &BTreeMap::new(), &setup_log, timeout)
             }) {
                 setup_err = Some(format!("setup: {e:#}"));
                 break;
@@ -245,7 +252,7 @@ pub fn run_commands(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
             for cmd in &spec.run {
                 let argv: Result<Vec<String>> =
                     cmd.iter().map(|a| expand(a, &v, &ctx.bin_dir)).collect();
-                if let Err(e) = argv.and_then(|argv| run_command(&argv, &log, timeout)) {
+                if let Err(e) = argv.and_then(|argv| run_command(&argv, &c.env, &log, timeout)) {
                     err = Some(format!("{e:#}"));
                     break;
                 }
@@ -683,5 +690,27 @@ name = "small"
         let mut rows = vec![row("m", "small", 0.0)];
         rows[0].error = Some("crashed".into());
         assert!(!finish(&s, &mut rows, None));
+    }
+
+    /// A configuration's `env` reaches its run commands (and is shown in the log).
+    #[cfg(unix)]
+    #[test]
+    fn configuration_env_reaches_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("run.log");
+        let argv: Vec<String> = ["sh", "-c", "echo value=$POLYKV_GATE_TEST"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut env = BTreeMap::new();
+        env.insert("POLYKV_GATE_TEST".to_string(), "on".to_string());
+        run_command(&argv, &env, &log, Duration::from_secs(30)).unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("value=on"), "{text}");
+        assert!(text.contains("$ POLYKV_GATE_TEST=on sh"), "{text}");
+        std::fs::remove_file(&log).unwrap();
+        run_command(&argv, &BTreeMap::new(), &log, Duration::from_secs(30)).unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("value=\n"), "{text}");
     }
 }

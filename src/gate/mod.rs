@@ -196,6 +196,10 @@ pub struct Config {
     /// tier must beat the one it replaces.
     #[serde(default)]
     pub below: BTreeMap<String, String>,
+    /// Environment variables set for this configuration's `run` commands
+    /// (e.g. a diagnostic switch that turns a transform off).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 impl Spec {

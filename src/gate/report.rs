@@ -86,8 +86,11 @@ pub fn fmt_num(v: f64) -> String {
         format!("{v:.1}")
     } else if v.abs() >= 1.0 {
         format!("{v:.3}")
-    } else {
+    } else if v.abs() >= 1e-3 {
         format!("{v:.4}")
+    } else {
+        // a tolerance like 1e-5 or an exactness figure: four decimals would print 0
+        format!("{v:.2e}")
     }
 }
 
@@ -288,6 +291,17 @@ pub fn markdown(results: &[GateResult], chain_tree: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_keep_their_digits() {
+        assert_eq!(fmt_num(0.0), "0");
+        assert_eq!(fmt_num(-0.0), "0");
+        assert_eq!(fmt_num(255.0), "255");
+        assert_eq!(fmt_num(97.6562), "97.656");
+        assert_eq!(fmt_num(0.0481), "0.0481");
+        assert_eq!(fmt_num(1.929e-7), "1.93e-7");
+        assert_eq!(fmt_num(1e-5), "1.00e-5");
+    }
 
     fn row(config: &str, group: Option<&str>, figs: &[(&str, f64)]) -> Row {
         Row {
