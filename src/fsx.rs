@@ -50,12 +50,31 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Atomically exchanges two existing directory entries (Linux renameat2 with
-/// RENAME_EXCHANGE): after the call `a` holds what `b` held and vice versa.
-/// There is no instant at which either path is missing.
+/// Exchanges two existing directory entries: after the call `a` holds what
+/// `b` held and vice versa. Atomic where the system has the call — Linux
+/// `renameat2(RENAME_EXCHANGE)`, macOS `renamex_np(RENAME_SWAP)` — so there
+/// is no instant at which either path is missing. Elsewhere, or where the
+/// file system refuses the atomic call, [`exchange_by_renames`].
 pub fn exchange(a: &Path, b: &Path) -> Result<()> {
-    let ca = CString::new(a.as_os_str().as_bytes()).context("path contains NUL")?;
-    let cb = CString::new(b.as_os_str().as_bytes()).context("path contains NUL")?;
+    match exchange_atomic(a, b) {
+        Ok(()) => Ok(()),
+        Err(e) if atomic_unsupported(&e) => exchange_by_renames(a, b),
+        Err(e) => bail!(
+            "atomically exchanging {} and {}: {e}",
+            a.display(),
+            b.display()
+        ),
+    }
+}
+
+fn c_path(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+#[cfg(target_os = "linux")]
+fn exchange_atomic(a: &Path, b: &Path) -> std::io::Result<()> {
+    let (ca, cb) = (c_path(a)?, c_path(b)?);
     // SAFETY: both pointers are valid NUL-terminated strings for the call's duration.
     let rc = unsafe {
         libc::renameat2(
@@ -66,13 +85,79 @@ pub fn exchange(a: &Path, b: &Path) -> Result<()> {
             libc::RENAME_EXCHANGE,
         )
     };
-    if rc != 0 {
-        let err = std::io::Error::last_os_error();
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(target_os = "macos")]
+fn exchange_atomic(a: &Path, b: &Path) -> std::io::Result<()> {
+    let (ca, cb) = (c_path(a)?, c_path(b)?);
+    // SAFETY: both pointers are valid NUL-terminated strings for the call's duration.
+    let rc = unsafe { libc::renamex_np(ca.as_ptr(), cb.as_ptr(), libc::RENAME_SWAP) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+fn exchange_atomic(_a: &Path, _b: &Path) -> std::io::Result<()> {
+    Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+}
+
+/// The system or the file system has no atomic exchange (an old kernel, a
+/// file system without RENAME_EXCHANGE / RENAME_SWAP, another OS).
+fn atomic_unsupported(e: &std::io::Error) -> bool {
+    // ENOTSUP and EOPNOTSUPP are one value on Linux, two on macOS
+    let code = e.raw_os_error();
+    e.kind() == std::io::ErrorKind::Unsupported
+        || [libc::ENOSYS, libc::EINVAL, libc::ENOTSUP, libc::EOPNOTSUPP]
+            .iter()
+            .any(|c| code == Some(*c))
+}
+
+/// The portable exchange, by three renames: `a` → `a`'s `.exchange` sibling,
+/// `b` → `a`, the sibling → `b`. Not atomic: between the first and the second
+/// rename `a` is missing, and a crash there leaves its old content at the
+/// sibling (named in any error). A failed second or third rename is undone.
+pub fn exchange_by_renames(a: &Path, b: &Path) -> Result<()> {
+    let held = sibling(a, "exchange");
+    if held.exists() {
         bail!(
-            "atomically exchanging {} and {}: {err}",
+            "exchanging {} and {}: {} exists (left by an interrupted exchange? it holds what {} held)",
             a.display(),
-            b.display()
+            b.display(),
+            held.display(),
+            a.display()
         );
+    }
+    std::fs::rename(a, &held)
+        .with_context(|| format!("renaming {} to {}", a.display(), held.display()))?;
+    if let Err(e) = std::fs::rename(b, a) {
+        let undo = std::fs::rename(&held, a);
+        return Err(e).with_context(|| {
+            format!(
+                "renaming {} to {} (undo: {})",
+                b.display(),
+                a.display(),
+                if undo.is_ok() { "done" } else { "failed" }
+            )
+        });
+    }
+    if let Err(e) = std::fs::rename(&held, b) {
+        let undo = std::fs::rename(a, b).and_then(|()| std::fs::rename(&held, a));
+        return Err(e).with_context(|| {
+            format!(
+                "renaming {} to {} (undo: {})",
+                held.display(),
+                b.display(),
+                if undo.is_ok() { "done" } else { "failed" }
+            )
+        });
     }
     Ok(())
 }
@@ -97,4 +182,81 @@ pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
 /// Converts a path to an absolute one without requiring it to exist.
 pub fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_dirs(root: &Path) -> (PathBuf, PathBuf) {
+        let (a, b) = (root.join("a"), root.join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        std::fs::write(a.join("x"), "from a").unwrap();
+        std::fs::write(b.join("y"), "from b").unwrap();
+        (a, b)
+    }
+
+    fn assert_exchanged(a: &Path, b: &Path) {
+        assert_eq!(std::fs::read_to_string(a.join("y")).unwrap(), "from b");
+        assert_eq!(std::fs::read_to_string(b.join("x")).unwrap(), "from a");
+        assert!(!a.join("x").exists() && !b.join("y").exists());
+    }
+
+    #[test]
+    fn exchange_swaps_two_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = two_dirs(dir.path());
+        exchange(&a, &b).unwrap();
+        assert_exchanged(&a, &b);
+    }
+
+    /// The portable path (used where no atomic exchange exists), run here too.
+    #[test]
+    fn fallback_swaps_two_directories_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = two_dirs(dir.path());
+        exchange_by_renames(&a, &b).unwrap();
+        assert_exchanged(&a, &b);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[test]
+    fn fallback_undoes_a_failed_exchange() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        std::fs::create_dir(&a).unwrap();
+        std::fs::write(a.join("x"), "from a").unwrap();
+        let e = exchange_by_renames(&a, &dir.path().join("missing")).unwrap_err();
+        assert!(format!("{e:#}").contains("undo: done"), "{e:#}");
+        assert_eq!(std::fs::read_to_string(a.join("x")).unwrap(), "from a");
+        assert!(!sibling(&a, "exchange").exists());
+    }
+
+    #[test]
+    fn fallback_refuses_a_leftover_of_an_interrupted_exchange() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = two_dirs(dir.path());
+        std::fs::create_dir(sibling(&a, "exchange")).unwrap();
+        let e = exchange_by_renames(&a, &b).unwrap_err().to_string();
+        assert!(e.contains("interrupted exchange"), "{e}");
+        assert!(a.join("x").exists() && b.join("y").exists());
+    }
+
+    #[test]
+    fn unsupported_errors_are_recognised() {
+        assert!(atomic_unsupported(&std::io::Error::from_raw_os_error(
+            libc::EINVAL
+        )));
+        assert!(atomic_unsupported(&std::io::Error::from(
+            std::io::ErrorKind::Unsupported
+        )));
+        assert!(!atomic_unsupported(&std::io::Error::from_raw_os_error(
+            libc::ENOENT
+        )));
+    }
 }
