@@ -67,6 +67,7 @@ pub fn exchange(a: &Path, b: &Path) -> Result<()> {
     }
 }
 
+#[cfg(any(target_os = "linux", target_os = "macos"))]
 fn c_path(p: &Path) -> std::io::Result<CString> {
     CString::new(p.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains NUL"))
@@ -85,11 +86,7 @@ fn exchange_atomic(a: &Path, b: &Path) -> std::io::Result<()> {
             libc::RENAME_EXCHANGE,
         )
     };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    os_result(rc)
 }
 
 #[cfg(target_os = "macos")]
@@ -97,6 +94,12 @@ fn exchange_atomic(a: &Path, b: &Path) -> std::io::Result<()> {
     let (ca, cb) = (c_path(a)?, c_path(b)?);
     // SAFETY: both pointers are valid NUL-terminated strings for the call's duration.
     let rc = unsafe { libc::renamex_np(ca.as_ptr(), cb.as_ptr(), libc::RENAME_SWAP) };
+    os_result(rc)
+}
+
+/// A C call's return code: 0 is success, anything else the thread's errno.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn os_result(rc: libc::c_int) -> std::io::Result<()> {
     if rc == 0 {
         Ok(())
     } else {
@@ -137,29 +140,29 @@ pub fn exchange_by_renames(a: &Path, b: &Path) -> Result<()> {
     }
     std::fs::rename(a, &held)
         .with_context(|| format!("renaming {} to {}", a.display(), held.display()))?;
-    if let Err(e) = std::fs::rename(b, a) {
-        let undo = std::fs::rename(&held, a);
-        return Err(e).with_context(|| {
+    rename_or_undo(b, a, || std::fs::rename(&held, a))?;
+    rename_or_undo(&held, b, || {
+        std::fs::rename(a, b)?;
+        std::fs::rename(&held, a)
+    })
+}
+
+/// Renames `from` to `to`; where that fails, runs `undo` and says whether it worked.
+fn rename_or_undo(
+    from: &Path,
+    to: &Path,
+    undo: impl FnOnce() -> std::io::Result<()>,
+) -> Result<()> {
+    std::fs::rename(from, to).or_else(|e| {
+        let undone = if undo().is_ok() { "done" } else { "failed" };
+        Err(e).with_context(|| {
             format!(
-                "renaming {} to {} (undo: {})",
-                b.display(),
-                a.display(),
-                if undo.is_ok() { "done" } else { "failed" }
+                "renaming {} to {} (undo: {undone})",
+                from.display(),
+                to.display()
             )
-        });
-    }
-    if let Err(e) = std::fs::rename(&held, b) {
-        let undo = std::fs::rename(a, b).and_then(|()| std::fs::rename(&held, a));
-        return Err(e).with_context(|| {
-            format!(
-                "renaming {} to {} (undo: {})",
-                held.display(),
-                b.display(),
-                if undo.is_ok() { "done" } else { "failed" }
-            )
-        });
-    }
-    Ok(())
+        })
+    })
 }
 
 /// Fsyncs a directory so that renames inside it are durable.
