@@ -46,6 +46,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "test-quantize-fns",
     "test-polykv-kv-shift",
     "test-polykv-kv-mean",
+    "test-polykv-kv-policy",
     "test-polykv-turbo",
     "test-polykv-turbo-cuda",
 ];
@@ -237,6 +238,14 @@ pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
     match req.variant {
         Variant::Cpu => {
             opts.push(("GGML_NATIVE".into(), "ON".into()));
+            // AMX in a VM: ggml's AMX kernels died with SIGILL there (src/hostcpu.rs).
+            if let Some(flags) = crate::hostcpu::native_flags_without_vm_amx() {
+                opts.push(("CMAKE_C_FLAGS".into(), flags.into()));
+                opts.push(("CMAKE_CXX_FLAGS".into(), flags.into()));
+                compilers.push(format!(
+                    "a VM advertising AMX: built without it ({flags}; POLYKV_FORGE_AMX=on keeps it)"
+                ));
+            }
         }
         Variant::Cuda => {
             let nvcc = find_nvcc(&req.cache_root);

@@ -991,7 +991,13 @@ fn run(cli: &Cli) -> Result<i32> {
                             }
                             continue;
                         }
-                        let r = project.run_gate(spec, &dir)?;
+                        // --all runs the CI set: a gate's manual rows only when it is named.
+                        let spec = if *all {
+                            spec.without_manual_rows()
+                        } else {
+                            spec.clone()
+                        };
+                        let r = project.run_gate(&spec, &dir)?;
                         if !*json {
                             print_gate(&r);
                         }

@@ -13,6 +13,7 @@ pub mod failpoint;
 pub mod fsx;
 pub mod gate;
 pub mod gen;
+pub mod hostcpu;
 pub mod manifest;
 pub mod model;
 pub mod paths;

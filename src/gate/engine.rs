@@ -407,6 +407,17 @@ pub fn finish(spec: &Spec, rows: &mut [Row], baseline: Option<&super::baseline::
 pub fn notes(spec: &Spec, baseline: Option<&super::baseline::Baseline>) -> Vec<String> {
     let mut out: Vec<String> = spec.report_only.iter().map(|x| x.note()).collect();
     out.extend(super::baseline::note(&spec.baseline, baseline, &spec.name));
+    if !spec.omitted.is_empty() {
+        out.push(format!(
+            "Not run by `--all` (manual rows; `polykv-forge gate run {}` runs them): {}.",
+            spec.name,
+            spec.omitted
+                .iter()
+                .map(|(c, why)| format!("{c} ({why})"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
     let Some(f) = &spec.frontier else {
         return out;
     };
@@ -637,6 +648,73 @@ regex = 'x'
             .find(|c| c.op == "below(scalar)")
             .unwrap();
         assert_eq!(c.threshold, 0.2);
+    }
+
+    /// Manual rows: `--all` leaves them out with the comparisons that name
+    /// them, and says so; named, the gate runs and compares everything. A
+    /// row every run needs (a ratio's denominator) cannot be manual.
+    #[test]
+    fn manual_rows() {
+        let text = r#"
+name = "t"
+description = "d"
+[[figures]]
+name = "kld"
+regex = 'x'
+[frontier]
+figure = "kld"
+bits = "bpv"
+reference = "ref"
+slope = 4.0
+limit_name = "lim"
+configs = ["trellis", "ablation"]
+[[configs]]
+name = "ref"
+[[configs]]
+name = "ablation"
+manual = "an ablation"
+[[configs]]
+name = "trellis"
+below = { kld = "ablation" }
+"#;
+        let full = spec(text);
+        assert!(full.omitted.is_empty());
+        let ci = full.without_manual_rows();
+        let names: Vec<&str> = ci.configs.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["ref", "trellis"]);
+        assert!(ci.configs[1].below.is_empty());
+        assert_eq!(ci.frontier.as_ref().unwrap().configs, ["trellis"]);
+        assert_eq!(
+            ci.omitted,
+            [("ablation".to_string(), "an ablation".to_string())]
+        );
+        assert!(notes(&ci, None)
+            .iter()
+            .any(|n| n.contains("ablation (an ablation)")));
+        // Without the ablation row the comparison is not made (not failed) ...
+        let row = |config: &str, kld: f64| one_figure_row("m", config, "kld", kld);
+        let mut rows = vec![row("trellis", 0.3)];
+        finish(&ci, &mut rows, None);
+        assert!(!rows[0].checks.iter().any(|c| c.op.starts_with("below")));
+        // ... and named, it is made and can fail.
+        let mut rows = vec![row("ablation", 0.2), row("trellis", 0.3)];
+        finish(&full, &mut rows, None);
+        let below = rows[1]
+            .checks
+            .iter()
+            .find(|c| c.op == "below(ablation)")
+            .unwrap();
+        assert!(!below.ok);
+
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.toml");
+        std::fs::write(
+            &p,
+            "name = \"t\"\ndescription = \"d\"\nrun = [[\"x\"]]\n[[derived]]\nname = \"r\"\nfigure = \"kld\"\nover = \"q\"\n[[configs]]\nname = \"q\"\nmanual = \"m\"\n",
+        )
+        .unwrap();
+        let e = crate::gate::Spec::load(&p).unwrap_err().to_string();
+        assert!(e.contains("which is manual"), "{e}");
     }
 
     #[test]

@@ -89,6 +89,10 @@ pub struct Spec {
     /// within a margin, in every row.
     #[serde(default)]
     pub baseline: BTreeMap<String, baseline::Hold>,
+    /// Configurations left out of this run as manual (`--all`), with why:
+    /// set by [`Spec::without_manual_rows`], never read from a file.
+    #[serde(skip)]
+    pub omitted: Vec<(String, String)>,
 }
 
 /// The frontier rule: for each configuration in `configs`, `figure` must be
@@ -200,6 +204,10 @@ pub struct Config {
     /// (e.g. a diagnostic switch that turns a transform off).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Run only when the gate is named (`gate run NAME`), not by `--all`;
+    /// the text says why (an ablation or a comparison CI's time cannot hold).
+    #[serde(default)]
+    pub manual: Option<String>,
 }
 
 impl Spec {
@@ -271,6 +279,32 @@ impl Spec {
                 }
             }
         }
+        // A manual row may be left out, so nothing every run needs may depend on it.
+        let manual = |name: &str| {
+            spec.configs
+                .iter()
+                .any(|c| c.name == name && c.manual.is_some())
+        };
+        for d in &spec.derived {
+            if let Some(over) = d.over.as_deref().filter(|o| manual(o)) {
+                bail!(
+                    "{}: derived {} divides by configuration `{over}`, which is manual (left out by --all)",
+                    path.display(),
+                    d.name
+                );
+            }
+        }
+        if let Some(r) = spec
+            .frontier
+            .as_ref()
+            .map(|f| &f.reference)
+            .filter(|r| manual(r))
+        {
+            bail!(
+                "{}: the frontier's reference `{r}` is manual (left out by --all)",
+                path.display()
+            );
+        }
         if let Some(f) = &spec.frontier {
             for name in std::iter::once(&f.reference).chain(&f.configs) {
                 if !spec.configs.iter().any(|c| &c.name == name) {
@@ -282,6 +316,33 @@ impl Spec {
             }
         }
         Ok(spec)
+    }
+}
+
+impl Spec {
+    /// The gate as `--all` runs it: manual configurations left out (and
+    /// listed in `omitted`), with the `below` comparisons and frontier
+    /// entries that name them (a comparison with a row not run is not made).
+    pub fn without_manual_rows(&self) -> Spec {
+        let mut s = self.clone();
+        let manual: Vec<(String, String)> = s
+            .configs
+            .iter()
+            .filter_map(|c| c.manual.as_ref().map(|why| (c.name.clone(), why.clone())))
+            .collect();
+        if manual.is_empty() {
+            return s;
+        }
+        let is_manual = |name: &str| manual.iter().any(|(m, _)| m == name);
+        s.configs.retain(|c| c.manual.is_none());
+        for c in &mut s.configs {
+            c.below.retain(|_, other| !is_manual(other));
+        }
+        if let Some(f) = &mut s.frontier {
+            f.configs.retain(|c| !is_manual(c));
+        }
+        s.omitted = manual;
+        s
     }
 }
 

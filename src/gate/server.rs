@@ -51,10 +51,16 @@ pub fn param_f64s(spec: &Spec, key: &str, default: &[f64]) -> Vec<f64> {
     }
 }
 
-pub fn start(argv: &[String], port: u16, log: &Path) -> Result<Server> {
+pub fn start(
+    argv: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+    port: u16,
+    log: &Path,
+) -> Result<Server> {
     let f = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let child = Command::new(&argv[0])
         .args(&argv[1..])
+        .envs(env)
         .stdin(Stdio::null())
         .stdout(f.try_clone()?)
         .stderr(f)
@@ -186,5 +192,5 @@ pub fn start_for(
     let log = ctx
         .scratch
         .join(format!("{model}-{}-server.log", c.name.replace('/', "_")));
-    start(&argv, port, &log)
+    start(&argv, &c.env, port, &log)
 }
