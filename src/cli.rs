@@ -913,6 +913,17 @@ fn run(cli: &Cli) -> Result<i32> {
                             short(&b.tree),
                             out.display()
                         );
+                        // The stored result failed only where floors were missing or
+                        // moved on purpose: judged again against the committed ones.
+                        let r = project.rejudge(spec, r, &b)?;
+                        println!(
+                            "gate baseline: the stored result of {name}, judged against it: {}",
+                            if r.status == crate::gate::report::Status::Passed {
+                                "passed"
+                            } else {
+                                "failed"
+                            }
+                        );
                     }
                     Ok(0)
                 }

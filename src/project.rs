@@ -142,6 +142,48 @@ impl Project {
         Ok(result)
     }
 
+    /// Judges `r`, the stored result of `spec`, again against the committed
+    /// baseline `b` (after `gate baseline` wrote it from that result): its
+    /// figures are those measured, every check is evaluated anew, and the
+    /// result is saved with a note saying where its floors came from. The
+    /// spec is taken as that run had it (without its manual rows when the
+    /// result has none of them).
+    pub fn rejudge(
+        &self,
+        spec: &crate::gate::Spec,
+        mut r: crate::gate::report::GateResult,
+        b: &crate::gate::baseline::Baseline,
+    ) -> Result<crate::gate::report::GateResult> {
+        use crate::gate::report::Status;
+        let full = spec
+            .configs
+            .iter()
+            .filter(|c| c.manual.is_some())
+            .all(|c| r.rows.iter().any(|row| row.config == c.name));
+        let spec = if full {
+            spec.clone()
+        } else {
+            spec.without_manual_rows()
+        };
+        let ok = crate::gate::engine::finish(&spec, &mut r.rows, Some(b));
+        r.status = if ok { Status::Passed } else { Status::Failed };
+        r.columns = crate::gate::engine::columns(&spec, &r.rows);
+        r.notes = crate::gate::engine::notes(&spec, Some(b));
+        r.notes.push(
+            "Judged against the baseline committed from this run (`gate baseline`), without running again."
+                .into(),
+        );
+        crate::fsx::write_atomic(
+            &self
+                .root
+                .join("build")
+                .join("gates")
+                .join(format!("{}.json", spec.name)),
+            &serde_json::to_vec_pretty(&r)?,
+        )?;
+        Ok(r)
+    }
+
     pub fn gate_inner(
         &self,
         spec: &crate::gate::Spec,

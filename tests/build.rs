@@ -125,6 +125,15 @@ fn build_manifest_check_tamper_and_gates() {
     assert!(out.contains("answer 42 > 0 (no baseline value)"), "{out}");
     let out = fx.ok(&["gate", "baseline", "held"]);
     assert!(out.contains("1 row(s) of held"), "{out}");
+    // The stored result is judged again against the floors just committed.
+    assert!(out.contains("judged against it: passed"), "{out}");
+    let stored: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(fx.root.join("build/gates/held.json")).unwrap())
+            .unwrap();
+    assert_eq!(stored["status"], "passed");
+    assert!(stored["notes"]
+        .to_string()
+        .contains("baseline committed from this run"));
     let b: serde_json::Value =
         serde_json::from_slice(&std::fs::read(fx.root.join("gates/baselines/held.json")).unwrap())
             .unwrap();
