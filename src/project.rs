@@ -130,16 +130,24 @@ impl Project {
         let t = Instant::now();
         let out_dir = self.root.join("build").join("gates");
         crate::fsx::create_dir_all(&out_dir)?;
-        let result = self.gate_inner(spec, dir, &out_dir)?;
-        let mut result = result;
+        let mut result = self.gate_inner(spec, dir, &out_dir)?;
         if result.status != Status::Skipped {
             result.seconds = t.elapsed().as_secs_f64();
         }
-        crate::fsx::write_atomic(
-            &out_dir.join(format!("{}.json", spec.name)),
-            &serde_json::to_vec_pretty(&result)?,
-        )?;
+        self.save_result(&result)?;
         Ok(result)
+    }
+
+    /// Writes `build/gates/<gate>.json`, the gate's latest result.
+    fn save_result(&self, r: &crate::gate::report::GateResult) -> Result<()> {
+        crate::fsx::write_atomic(
+            &self
+                .root
+                .join("build")
+                .join("gates")
+                .join(format!("{}.json", r.gate)),
+            &serde_json::to_vec_pretty(r)?,
+        )
     }
 
     /// Judges `r`, the stored result of `spec`, again against the committed
@@ -154,7 +162,6 @@ impl Project {
         mut r: crate::gate::report::GateResult,
         b: &crate::gate::baseline::Baseline,
     ) -> Result<crate::gate::report::GateResult> {
-        use crate::gate::report::Status;
         let full = spec
             .configs
             .iter()
@@ -165,22 +172,12 @@ impl Project {
         } else {
             spec.without_manual_rows()
         };
-        let ok = crate::gate::engine::finish(&spec, &mut r.rows, Some(b));
-        r.status = if ok { Status::Passed } else { Status::Failed };
-        r.columns = crate::gate::engine::columns(&spec, &r.rows);
-        r.notes = crate::gate::engine::notes(&spec, Some(b));
+        crate::gate::engine::judge(&spec, &mut r, Some(b));
         r.notes.push(
             "Judged against the baseline committed from this run (`gate baseline`), without running again."
                 .into(),
         );
-        crate::fsx::write_atomic(
-            &self
-                .root
-                .join("build")
-                .join("gates")
-                .join(format!("{}.json", spec.name)),
-            &serde_json::to_vec_pretty(&r)?,
-        )?;
+        self.save_result(&r)?;
         Ok(r)
     }
 
@@ -268,28 +265,29 @@ impl Project {
             text,
             scratch,
         };
-        let mut rows = match spec.kind {
+        let rows = match spec.kind {
             crate::gate::Kind::Command => crate::gate::engine::run_commands(spec, &ctx),
             crate::gate::Kind::Needle => crate::gate::needle::run(spec, &ctx),
             crate::gate::Kind::Decode => crate::gate::decode::run(spec, &ctx),
             crate::gate::Kind::SharedPool => crate::gate::shared_pool::run(spec, &ctx),
         };
         let baseline = crate::gate::baseline::load(&self.root.join("gates"), &spec.name)?;
-        let ok = crate::gate::engine::finish(spec, &mut rows, baseline.as_ref());
-        Ok(GateResult {
+        let mut result = GateResult {
             gate: spec.name.clone(),
             description: spec.description.clone(),
-            status: if ok { Status::Passed } else { Status::Failed },
+            status: Status::Failed,
             reason: None,
             benchmark: spec.benchmark,
             variant: spec.variant.name().to_string(),
             seconds: 0.0,
             artifact_key: Some(manifest.key.clone()),
             tree: Some(manifest.tree.clone()),
-            columns: crate::gate::engine::columns(spec, &rows),
+            columns: Vec::new(),
             rows,
-            notes: crate::gate::engine::notes(spec, baseline.as_ref()),
-        })
+            notes: Vec::new(),
+        };
+        crate::gate::engine::judge(spec, &mut result, baseline.as_ref());
+        Ok(result)
     }
 
     /// The applied tree the chain in patches/ ends at (patches.lock's last

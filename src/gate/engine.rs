@@ -402,6 +402,20 @@ pub fn finish(spec: &Spec, rows: &mut [Row], baseline: Option<&super::baseline::
     all_ok
 }
 
+/// Judges a gate result's rows (`finish`) and sets what follows from the
+/// verdict: its status, columns and notes.
+pub fn judge(
+    spec: &Spec,
+    r: &mut super::report::GateResult,
+    baseline: Option<&super::baseline::Baseline>,
+) {
+    use super::report::Status;
+    let ok = finish(spec, &mut r.rows, baseline);
+    r.status = if ok { Status::Passed } else { Status::Failed };
+    r.columns = columns(spec, &r.rows);
+    r.notes = notes(spec, baseline);
+}
+
 /// Lines the report prints under the table: the frontier rule and the rows
 /// it only reports, with their reasons.
 pub fn notes(spec: &Spec, baseline: Option<&super::baseline::Baseline>) -> Vec<String> {

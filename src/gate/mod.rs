@@ -317,9 +317,7 @@ impl Spec {
         }
         Ok(spec)
     }
-}
 
-impl Spec {
     /// The gate as `--all` runs it: manual configurations left out (and
     /// listed in `omitted`), with the `below` comparisons and frontier
     /// entries that name them (a comparison with a row not run is not made).
