@@ -6,9 +6,7 @@
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use crate::error::CheckFailed;
 use crate::fsx;
@@ -130,30 +128,14 @@ pub struct BuildManifest {
     pub seconds: f64,
 }
 
-fn shell_quote(s: &str) -> String {
-    if s.contains("$CUDA_HOME") && !s.contains(['"', '`', '\\']) {
-        // A placeholder the user's shell expands.
-        return format!("\"{s}\"");
-    }
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
+/// A command line as a shell would take it back (`$CUDA_HOME` left for the
+/// user's shell to expand).
 pub fn show_command(argv: &[String]) -> String {
-    argv.iter()
-        .map(|a| shell_quote(a))
-        .collect::<Vec<_>>()
-        .join(" ")
+    crate::proc::show(argv)
 }
 
 fn tool_version(program: &str, arg: &str) -> Option<String> {
-    let out = Command::new(program).arg(arg).output().ok()?;
+    let out = crate::proc::Cmd::new(program).arg(arg).probe().ok()?;
     if !out.status.success() {
         return None;
     }
@@ -725,21 +707,11 @@ fn ninja_argv(plan: &Plan, targets: &[String]) -> Vec<String> {
 
 /// The targets a configured build directory defines (`ninja -t targets all`).
 fn ninja_targets(build_dir: &Path) -> Result<std::collections::BTreeSet<String>> {
-    let out = Command::new("ninja")
+    let out = crate::proc::Cmd::new("ninja")
         .arg("-C")
         .arg(build_dir)
         .args(["-t", "targets", "all"])
-        .stdin(Stdio::null())
-        .output()
-        .context("starting `ninja -t targets all`")?;
-    if !out.status.success() {
-        bail!(
-            "`ninja -C {} -t targets all` failed ({}): {}",
-            build_dir.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+        .read()?;
     Ok(parse_ninja_targets(&String::from_utf8_lossy(&out.stdout)))
 }
 
@@ -810,65 +782,39 @@ fn run_logged(
     what: &str,
     pb: Option<&indicatif::ProgressBar>,
 ) -> Result<()> {
-    use std::io::Write;
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = crate::proc::Cmd::from_argv(argv)?;
     if let Some(root) = ccache_base {
         if std::env::var_os("CCACHE_BASEDIR").is_none() {
-            cmd.env("CCACHE_BASEDIR", root);
+            cmd = cmd.env("CCACHE_BASEDIR", root);
         }
-        cmd.env("CCACHE_NOHASHDIR", "true");
+        cmd = cmd.env("CCACHE_NOHASHDIR", "true");
     }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting `{}`", argv[0]))?;
-    // Merge stderr into the log on a thread.
-    let stderr = child.stderr.take().context("no stderr pipe")?;
-    let mut log2 = log.try_clone()?;
-    let err_thread = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
-            let _ = writeln!(log2, "{line}");
-        }
-    });
-    let stdout = child.stdout.take().context("no stdout pipe")?;
     let started = std::time::Instant::now();
     let mut last_note = std::time::Instant::now();
-    for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
-        writeln!(log, "{line}")?;
-        if let Some((n, m)) = ninja_progress(&line) {
-            if let Some(pb) = pb {
-                pb.set_length(m);
-                pb.set_position(n);
-                pb.set_message(
-                    line.split("] ")
-                        .nth(1)
-                        .unwrap_or("")
-                        .chars()
-                        .take(60)
-                        .collect::<String>(),
-                );
-            }
-            // Without a terminal, a plain line every 30 s says the build is alive.
-            if pb.is_some_and(|p| p.is_hidden()) && last_note.elapsed().as_secs() >= 30 {
-                eprintln!("build: [{n}/{m}] {:.0}s", started.elapsed().as_secs_f64());
-                last_note = std::time::Instant::now();
-            }
+    let on_line = |line: &str| {
+        let Some((n, m)) = ninja_progress(line) else {
+            return;
+        };
+        if let Some(pb) = pb {
+            pb.set_length(m);
+            pb.set_position(n);
+            pb.set_message(
+                line.split("] ")
+                    .nth(1)
+                    .unwrap_or("")
+                    .chars()
+                    .take(60)
+                    .collect::<String>(),
+            );
         }
-    }
-    let status = child.wait()?;
-    let _ = err_thread.join();
-    if !status.success() {
-        let text = std::fs::read_to_string(log_path).unwrap_or_default();
-        let tail = last_error(&text);
-        bail!(
-            "{what} failed ({status}); full log: {}\n----\n{tail}\n----",
-            log_path.display()
-        );
-    }
-    Ok(())
+        // Without a terminal, a plain line every 30 s says the build is alive.
+        if pb.is_some_and(|p| p.is_hidden()) && last_note.elapsed().as_secs() >= 30 {
+            eprintln!("build: [{n}/{m}] {:.0}s", started.elapsed().as_secs_f64());
+            last_note = std::time::Instant::now();
+        }
+    };
+    cmd.run_lines(log, log_path, on_line, last_error)
+        .with_context(|| format!("{what} failed"))
 }
 
 fn ninja_progress(line: &str) -> Option<(u64, u64)> {
@@ -961,14 +907,6 @@ diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama
             Some((12, 234))
         );
         assert_eq!(ninja_progress("ninja: no work to do."), None);
-    }
-
-    #[test]
-    fn quoting() {
-        assert_eq!(
-            show_command(&["a".into(), "-DX=tree 1, 2".into()]),
-            "a '-DX=tree 1, 2'"
-        );
     }
 
     fn applied() -> Applied {

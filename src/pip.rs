@@ -1,16 +1,15 @@
 //! Wheels from the package index through the machine's own `pip download`
 //! (`POLYKV_FORGE_PYTHON` names the interpreter; default `python3`).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// Downloads the wheel of `spec` (`name==version`, no dependencies) into
 /// `dir` and returns its path.
 pub fn download_wheel(spec: &str, dir: &Path) -> Result<PathBuf> {
     let python = std::env::var("POLYKV_FORGE_PYTHON").unwrap_or_else(|_| "python3".into());
     crate::fsx::create_dir_all(dir)?;
-    let o = Command::new(&python)
+    crate::proc::Cmd::new(&python)
         .args([
             "-m",
             "pip",
@@ -21,15 +20,8 @@ pub fn download_wheel(spec: &str, dir: &Path) -> Result<PathBuf> {
         ])
         .arg(dir)
         .arg(spec)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running `{python} -m pip download {spec}`"))?;
-    if !o.status.success() {
-        bail!(
-            "`pip download {spec}` failed:\n{}",
-            String::from_utf8_lossy(&o.stderr).trim_end()
-        );
-    }
+        .read()
+        .with_context(|| format!("`{python} -m pip download {spec}` failed"))?;
     std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .map(|e| e.path())

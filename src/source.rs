@@ -212,7 +212,7 @@ pub fn pip_download_sdist(
     crate::progress::note(&format!(
         "vendor: pip download {spec} (source distribution)"
     ));
-    let out = std::process::Command::new(&python)
+    crate::proc::Cmd::new(&python)
         .args([
             "-m",
             "pip",
@@ -224,18 +224,10 @@ pub fn pip_download_sdist(
         ])
         .arg(tmp.path())
         .arg(&spec)
-        .stdin(std::process::Stdio::null())
-        .output()
+        .read()
         .with_context(|| {
-            format!("running `{python} -m pip download` (is Python with pip installed?)")
+            format!("`{python} -m pip download {spec}` failed (is Python with pip installed?)")
         })?;
-    if !out.status.success() {
-        bail!(
-            "`pip download {spec}` failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim_end()
-        );
-    }
     let mut files: Vec<PathBuf> = std::fs::read_dir(tmp.path())
         .context("listing the download directory")?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -271,15 +263,8 @@ fn fetch_url(store: &Store, url: &str, sha256: &str) -> Result<PathBuf> {
         .suffix(".part")
         .tempfile_in(&dl)
         .context("creating a download file")?;
-    let status = std::process::Command::new("curl")
-        .args(["-fsSL", "--retry", "2", "-o"])
-        .arg(part.path())
-        .arg(url)
-        .status()
-        .with_context(|| format!("running curl to fetch {url}"))?;
-    if !status.success() {
-        bail!("curl could not fetch {url} ({status})");
-    }
+    crate::progress::note(&format!("vendor: downloading {url}"));
+    crate::http::download(url, part.path())?;
     verify_sha256(part.path(), sha256).with_context(|| format!("downloaded from {url}"))?;
     part.persist(&kept)
         .map_err(|e| e.error)

@@ -9,7 +9,6 @@
 use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The CUDA release this toolkit provides.
 pub const CUDA_VERSION: &str = "13.0";
@@ -85,16 +84,10 @@ pub fn install_cuda(cache_root: &Path, refresh: bool) -> Result<PathBuf> {
     }
     finish(&root)?;
     let nvcc = root.join("bin/nvcc");
-    let v = Command::new(&nvcc)
+    let v = crate::proc::Cmd::new(&nvcc)
         .arg("--version")
-        .output()
-        .with_context(|| format!("running {}", nvcc.display()))?;
-    if !v.status.success() {
-        bail!(
-            "the unpacked nvcc does not run:\n{}",
-            String::from_utf8_lossy(&v.stderr)
-        );
-    }
+        .read()
+        .context("the unpacked nvcc does not run")?;
     std::fs::write(root.join(".complete"), &v.stdout)?;
     if home.exists() {
         std::fs::remove_dir_all(&home)
@@ -174,18 +167,12 @@ fn finish(root: &Path) -> Result<()> {
     // runs on a GPU is built there, with its own toolkit).
     let stubs = lib.join("stubs");
     crate::fsx::create_dir_all(&stubs)?;
-    let o = Command::new("cc")
+    crate::proc::Cmd::new("cc")
         .args(["-shared", "-Wl,-soname,libcuda.so.1", "-o"])
         .arg(stubs.join("libcuda.so"))
         .args(["-x", "c", "/dev/null"])
-        .output()
-        .context("running cc for the libcuda.so stub")?;
-    if !o.status.success() {
-        bail!(
-            "building the libcuda.so stub failed:\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+        .read()
+        .context("building the libcuda.so stub failed")?;
     Ok(())
 }
 

@@ -5,7 +5,6 @@ use anyhow::{bail, Context, Result};
 use regex::Regex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::report::{Check, Row};
@@ -71,49 +70,11 @@ pub fn run_command(
     log: &Path,
     timeout: Duration,
 ) -> Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .with_context(|| format!("opening {}", log.display()))?;
-    let shown_env: String = env.iter().map(|(k, v)| format!("{k}={v} ")).collect();
-    writeln!(f, "$ {shown_env}{}", crate::build::show_command(argv))?;
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
+    crate::proc::Cmd::from_argv(argv)?
         .envs(env)
-        .stdin(Stdio::null())
-        .stdout(f.try_clone()?)
-        .stderr(f.try_clone()?)
-        .spawn()
-        .with_context(|| format!("starting {}", argv[0]))?;
-    let t = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait()? {
-            if !status.success() {
-                bail!(
-                    "`{}` exited with {status}; log: {}",
-                    Path::new(&argv[0])
-                        .file_name()
-                        .and_then(|s| s.to_str())
-                        .unwrap_or(&argv[0]),
-                    log.display()
-                );
-            }
-            return Ok(());
-        }
-        if t.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!(
-                "`{}` ran past the gate's timeout of {}s; log: {}",
-                argv[0],
-                timeout.as_secs(),
-                log.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        .timeout(timeout)
+        .run_logged(log)?;
+    Ok(())
 }
 
 /// Expands `{name}` in a figure's regex with the value, regex-escaped.

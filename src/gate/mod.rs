@@ -7,7 +7,6 @@
 pub mod baseline;
 pub mod decode;
 pub mod engine;
-pub mod http;
 pub mod needle;
 pub mod report;
 pub mod server;

@@ -4,23 +4,15 @@
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::http;
 use super::Spec;
+use crate::http;
 
-/// Kills the server when dropped.
+/// The server process (killed when dropped) and its port.
 pub struct Server {
-    child: Child,
+    process: crate::proc::Background,
     port: u16,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 pub fn param_usize(spec: &Spec, key: &str, default: usize) -> usize {
@@ -57,19 +49,13 @@ pub fn start(
     port: u16,
     log: &Path,
 ) -> Result<Server> {
-    let f = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    let child = Command::new(&argv[0])
-        .args(&argv[1..])
+    let process = crate::proc::Cmd::from_argv(argv)?
         .envs(env)
-        .stdin(Stdio::null())
-        .stdout(f.try_clone()?)
-        .stderr(f)
-        .spawn()
-        .with_context(|| format!("starting {}", argv[0]))?;
-    let mut server = Server { child, port };
+        .spawn_logged(log)?;
+    let server = Server { process, port };
     let t = Instant::now();
     loop {
-        if let Some(status) = server.child.try_wait()? {
+        if let Some(status) = server.process.exited()? {
             bail!(
                 "llama-server exited during start-up ({status}); log: {}",
                 log.display()

@@ -17,8 +17,7 @@
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 use super::engine::Ctx;
@@ -174,7 +173,7 @@ fn fill_pool(port: u16, id: i64, tokens: &[i64]) -> Result<()> {
 }
 
 fn metrics(port: u16) -> Result<BTreeMap<String, f64>> {
-    let (st, text) = super::http::request(port, "GET", "/metrics", None, Duration::from_secs(60))?;
+    let (st, text) = crate::http::request(port, "GET", "/metrics", None, Duration::from_secs(60))?;
     ensure!(
         st == 200,
         "/metrics answered {st} (the server needs --metrics)"
@@ -491,26 +490,27 @@ impl Job<'_> {
 
 /// A streamed completion dropped after its first event: the server cancels it.
 fn cancelled(port: u16, body: &Value) -> Result<()> {
-    let body = body.to_string();
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(600)))?;
-    write!(
-        s,
-        "POST /completion HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
+    let (status, mut stream) = crate::http::post_streaming(
+        port,
+        "/completion",
+        &body.to_string(),
+        Duration::from_secs(600),
     )?;
-    let mut seen = Vec::new();
     let mut buf = [0u8; 512];
+    if status != 200 {
+        let k = stream.read(&mut buf).unwrap_or(0);
+        bail!(
+            "the stream answered {status}: {}",
+            String::from_utf8_lossy(&buf[..k.min(60)])
+        );
+    }
+    let mut seen = Vec::new();
     while !String::from_utf8_lossy(&seen).contains("data:") {
-        let k = s.read(&mut buf)?;
+        let k = stream.read(&mut buf)?;
         ensure!(k > 0, "the stream ended before its first event");
         seen.extend_from_slice(&buf[..k]);
     }
-    ensure!(
-        seen.starts_with(b"HTTP/1.1 200"),
-        "the stream answered {}",
-        String::from_utf8_lossy(&seen[..seen.len().min(60)])
-    );
+    // Dropping the stream closes the connection.
     Ok(())
 }
 
