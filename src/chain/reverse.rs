@@ -262,4 +262,169 @@ mod tests {
         let d = b"diff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n-b\n";
         assert!(invert(d).is_err());
     }
+
+    /// Property tests on generated trees: the diff between two random trees
+    /// (edits, additions, deletions, renames, mode changes, CRLF, files
+    /// without a final newline) as `export` renders it.
+    mod generated {
+        use crate::chain::reverse::invert;
+        use crate::chain::{apply, export, series, PatchFile};
+        use git2::{Oid, Repository};
+        use proptest::prelude::*;
+
+        const WORDS: [&str; 6] = ["alpha", "beta", "gamma", "{", "}", ""];
+        const PATHS: [&str; 4] = ["a.c", "d/b.h", "d/e/c.txt", "z.md"];
+
+        /// One file's content and mode.
+        #[derive(Debug, Clone)]
+        struct File {
+            lines: Vec<u8>,
+            crlf: bool,
+            final_newline: bool,
+            exec: bool,
+        }
+
+        impl File {
+            fn bytes(&self) -> Vec<u8> {
+                let eol = if self.crlf { "\r\n" } else { "\n" };
+                let mut out = String::new();
+                for (k, w) in self.lines.iter().enumerate() {
+                    out.push_str(WORDS[*w as usize % WORDS.len()]);
+                    out.push_str(&format!(" {}", w / 6));
+                    if k + 1 < self.lines.len() || self.final_newline {
+                        out.push_str(eol);
+                    }
+                }
+                out.into_bytes()
+            }
+
+            /// Applies an edit script: per op, keep, drop, replace or insert.
+            fn edited(&self, ops: &[(u8, u8)], flags: (bool, bool, bool)) -> File {
+                let mut lines = Vec::new();
+                let mut src = self.lines.iter();
+                for &(op, val) in ops {
+                    match op % 6 {
+                        0..=2 => lines.extend(src.next()),
+                        3 => {
+                            src.next();
+                        }
+                        4 => {
+                            src.next();
+                            lines.push(val);
+                        }
+                        _ => lines.push(val),
+                    }
+                }
+                lines.extend(src);
+                File {
+                    lines,
+                    crlf: self.crlf ^ flags.0,
+                    final_newline: self.final_newline ^ flags.1,
+                    exec: self.exec ^ flags.2,
+                }
+            }
+        }
+
+        fn file() -> impl Strategy<Value = File> {
+            (
+                prop::collection::vec(0u8..24, 0..30),
+                any::<bool>(),
+                any::<bool>(),
+                any::<bool>(),
+            )
+                .prop_map(|(lines, crlf, final_newline, exec)| File {
+                    lines,
+                    crlf,
+                    final_newline,
+                    exec,
+                })
+        }
+
+        /// Per path: absent before, absent after, or edited.
+        #[derive(Debug, Clone)]
+        enum Change {
+            Added(File),
+            Deleted(File),
+            Edited(File, Vec<(u8, u8)>, (bool, bool, bool)),
+        }
+
+        fn change() -> impl Strategy<Value = Option<Change>> {
+            let edits = prop::collection::vec((any::<u8>(), 0u8..24), 0..40);
+            let flags = (
+                prop::bool::weighted(0.15),
+                prop::bool::weighted(0.15),
+                prop::bool::weighted(0.15),
+            );
+            prop_oneof![
+                1 => Just(None),
+                1 => file().prop_map(|f| Some(Change::Added(f))),
+                1 => file().prop_map(|f| Some(Change::Deleted(f))),
+                4 => (file(), edits, flags).prop_map(|(f, e, g)| Some(Change::Edited(f, e, g))),
+            ]
+        }
+
+        fn tree(repo: &Repository, files: &[(&str, &File)]) -> Oid {
+            let empty = repo.treebuilder(None).unwrap().write().unwrap();
+            let empty = repo.find_tree(empty).unwrap();
+            let mut b = git2::build::TreeUpdateBuilder::new();
+            for (path, f) in files {
+                let blob = repo.blob(&f.bytes()).unwrap();
+                let mode = if f.exec {
+                    git2::FileMode::BlobExecutable
+                } else {
+                    git2::FileMode::Blob
+                };
+                b.upsert(*path, blob, mode);
+            }
+            b.create_updated(repo, &empty).unwrap()
+        }
+
+        fn patch(diff: &[u8]) -> PatchFile {
+            let bytes = series::compose("generated\n", diff);
+            PatchFile::from_bytes("0001-generated.patch", bytes).unwrap()
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+            #[test]
+            fn inverting_twice_is_the_identity_and_reverse_apply_returns_the_base(
+                changes in prop::collection::vec(change(), PATHS.len())
+            ) {
+                let tmp = tempfile::tempdir().unwrap();
+                let repo = Repository::init_bare(tmp.path()).unwrap();
+                let mut old = Vec::new();
+                let mut new = Vec::new();
+                let edited: Vec<Option<File>> = changes
+                    .iter()
+                    .map(|c| match c {
+                        Some(Change::Edited(f, e, g)) => Some(f.edited(e, *g)),
+                        _ => None,
+                    })
+                    .collect();
+                for (k, c) in changes.iter().enumerate() {
+                    match c {
+                        None => {}
+                        Some(Change::Added(f)) => new.push((PATHS[k], f)),
+                        Some(Change::Deleted(f)) => old.push((PATHS[k], f)),
+                        Some(Change::Edited(f, ..)) => {
+                            old.push((PATHS[k], f));
+                            new.push((PATHS[k], edited[k].as_ref().unwrap()));
+                        }
+                    }
+                }
+                let (a, b) = (tree(&repo, &old), tree(&repo, &new));
+                let diff = export::render(&repo, a, b).unwrap();
+                prop_assume!(!diff.is_empty());
+                let inverse = invert(&diff).unwrap();
+                let twice = invert(&inverse).unwrap();
+                prop_assert_eq!(String::from_utf8_lossy(&twice), String::from_utf8_lossy(&diff));
+                let p = patch(&diff);
+                prop_assert_eq!(apply::apply(&repo, a, &p, false).unwrap(), b);
+                prop_assert_eq!(apply::apply(&repo, b, &p, true).unwrap(), a);
+                // The inverse is itself a patch that applies forward to the result.
+                prop_assert_eq!(apply::apply(&repo, b, &patch(&inverse), false).unwrap(), a);
+            }
+        }
+    }
 }

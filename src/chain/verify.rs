@@ -140,7 +140,7 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
                     let canonical = series::compose(&p.message(), &diff);
                     if canonical != p.bytes {
                         exp.push(format!(
-                            "{}: not in canonical form ({}); run `polykv-forge edit` then `export` to rewrite it",
+                            "{}: not in canonical form; run `polykv-forge edit` then `export` to rewrite it; {}",
                             p.file_name,
                             first_difference(&p.bytes, &canonical)
                         ));
@@ -246,35 +246,47 @@ fn compare_lock(have: &Lock, want: &Lock) -> Vec<String> {
     out
 }
 
+/// Lines of the file-vs-canonical diff shown when a patch is not canonical.
+const DIFF_LINES: usize = 40;
+
+/// How a patch file differs from its canonical text: a unified diff (file
+/// → canonical), cut after `DIFF_LINES` lines.
 fn first_difference(a: &[u8], b: &[u8]) -> String {
-    let mut line = 1;
-    for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
-        if x != y {
-            let start = a[..i]
-                .iter()
-                .rposition(|&c| c == b'\n')
-                .map_or(0, |p| p + 1);
-            let end_a = a[i..]
-                .iter()
-                .position(|&c| c == b'\n')
-                .map_or(a.len(), |p| i + p);
-            let end_b = b[i..]
-                .iter()
-                .position(|&c| c == b'\n')
-                .map_or(b.len(), |p| i + p);
-            return format!(
-                "first difference at line {line}: file has `{}`, canonical is `{}`",
-                String::from_utf8_lossy(&a[start..end_a]),
-                String::from_utf8_lossy(&b[start.min(b.len())..end_b])
-            );
-        }
-        if *x == b'\n' {
-            line += 1;
-        }
+    let (a, b) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
+    let diff = similar::TextDiff::from_lines(a.as_ref(), b.as_ref())
+        .unified_diff()
+        .context_radius(2)
+        .header("file", "canonical")
+        .to_string();
+    if diff.is_empty() {
+        return "they differ in bytes that are not UTF-8".into();
     }
-    format!(
-        "lengths differ: file {} bytes, canonical {} bytes",
-        a.len(),
-        b.len()
-    )
+    let lines: Vec<&str> = diff.lines().collect();
+    let mut shown = lines[..lines.len().min(DIFF_LINES)].join("\n");
+    if lines.len() > DIFF_LINES {
+        shown.push_str(&format!("\n... {} more lines", lines.len() - DIFF_LINES));
+    }
+    format!("file → canonical:\n{shown}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_canonical_patch_shows_a_unified_diff() {
+        let file = b"subject\n\ndiff --git a/x b/x\n-a\n+b \n";
+        let canonical = b"subject\n\ndiff --git a/x b/x\n-a\n+b\n";
+        let shown = first_difference(file, canonical);
+        assert!(shown.contains("--- file\n+++ canonical\n"), "{shown}");
+        assert!(shown.contains("\n-+b \n++b"), "{shown}");
+        let long_a: String = (0..100).map(|i| format!("{i}\n")).collect();
+        let long_b: String = (0..100).map(|i| format!("{}\n", i + 1000)).collect();
+        let shown = first_difference(long_a.as_bytes(), long_b.as_bytes());
+        assert!(shown.ends_with("more lines"), "{shown}");
+        assert_eq!(
+            first_difference(b"a\xff\n", b"a\xfe\n"),
+            "they differ in bytes that are not UTF-8"
+        );
+    }
 }
