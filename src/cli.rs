@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::chain::{self, Series};
-use crate::error::{ApplyError, CheckFailed};
+use crate::error::CheckFailed;
 use crate::project::Project;
 use crate::source;
 use crate::{edit, status, workdir};
@@ -22,6 +22,10 @@ use crate::{edit, status, workdir};
     after_help = "Exit codes: 0 ok, 1 a check failed, 2 usage or environment error."
 )]
 struct Cli {
+    /// Machine-readable output: one JSON document on stdout, errors included
+    /// (`{"ok": false, "error": {"kind": ..., "message": ...}}`).
+    #[arg(long, global = true)]
+    json: bool,
     /// Project root (default: the nearest directory upwards holding vendor-manifest.toml).
     #[arg(long, global = true, env = "POLYKV_FORGE_PROJECT")]
     project: Option<PathBuf>,
@@ -48,8 +52,6 @@ enum Cmd {
         /// Import again even when the cache already holds the tree.
         #[arg(long)]
         refresh: bool,
-        #[arg(long)]
-        json: bool,
     },
     /// Apply the series strictly and write the result to the workdir atomically.
     Apply {
@@ -70,15 +72,11 @@ enum Cmd {
         no_wait: bool,
         #[command(flatten)]
         src: SourceArgs,
-        #[arg(long)]
-        json: bool,
     },
     /// Prove the chain: strict apply, lock, reverse, re-export, ownership, markers.
     Verify {
         #[command(flatten)]
         src: SourceArgs,
-        #[arg(long)]
-        json: bool,
     },
     /// Materialize the series as a git stack (one commit per patch) to edit with git.
     Edit {
@@ -90,8 +88,6 @@ enum Cmd {
         force: bool,
         #[command(flatten)]
         src: SourceArgs,
-        #[arg(long)]
-        json: bool,
     },
     /// Write patches/ and patches.lock back from a stack made by `edit`, canonically.
     Export {
@@ -107,8 +103,6 @@ enum Cmd {
         dry_run: bool,
         #[command(flatten)]
         src: SourceArgs,
-        #[arg(long)]
-        json: bool,
     },
     /// Build a variant of the applied workdir (CMake + Ninja), stamped with an artifact manifest.
     Build {
@@ -146,8 +140,6 @@ enum Cmd {
         objects: Vec<String>,
         #[arg(long)]
         workdir: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
     },
     /// Gates: checks in numbers that the fork does what it claims.
     Gate {
@@ -168,8 +160,6 @@ enum Cmd {
         dir: Option<PathBuf>,
         #[command(flatten)]
         src: SourceArgs,
-        #[arg(long)]
-        json: bool,
     },
     /// Test models: fetch them (pinned by sha256) or list them.
     Model {
@@ -201,25 +191,18 @@ enum Cmd {
         dry_run: bool,
         #[command(flatten)]
         src: SourceArgs,
-        #[arg(long)]
-        json: bool,
     },
     /// Show the pin, its source, the chain and the workdir's state.
     Status {
         #[arg(long)]
         workdir: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
     },
 }
 
 #[derive(Subcommand, Debug)]
 enum GateCmd {
     /// List the gates in gates/.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    List {},
     /// Run gates by name, or all of them.
     Run {
         names: Vec<String>,
@@ -230,8 +213,6 @@ enum GateCmd {
         require_all: bool,
         #[arg(long)]
         workdir: Option<PathBuf>,
-        #[arg(long)]
-        json: bool,
     },
     /// Commit the latest passing results of gates as their baselines
     /// (gates/baselines/NAME.json): the floors of their `[baseline]` figures.
@@ -263,8 +244,6 @@ enum GenCmd {
         /// Print a C header (the form the turbo patch carries).
         #[arg(long)]
         c_header: bool,
-        #[arg(long)]
-        json: bool,
     },
 }
 
@@ -276,24 +255,15 @@ enum ToolkitCmd {
         /// Install again even when the cache has it.
         #[arg(long)]
         refresh: bool,
-        #[arg(long)]
-        json: bool,
     },
 }
 
 #[derive(Subcommand, Debug)]
 enum ModelCmd {
     /// Fetch models into the cache (all when none is named).
-    Fetch {
-        names: Vec<String>,
-        #[arg(long)]
-        json: bool,
-    },
+    Fetch { names: Vec<String> },
     /// List the pinned models and whether they are cached.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
+    List {},
 }
 
 fn parse_number(s: &str) -> std::result::Result<u32, String> {
@@ -406,8 +376,7 @@ fn print_gate(r: &crate::gate::report::GateResult) {
 }
 
 fn print_json<T: Serialize>(v: &T) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
-    Ok(())
+    crate::printer::json(v)
 }
 
 fn short(id: &str) -> &str {
@@ -419,33 +388,22 @@ pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() { 2 } else { 0 };
+            // `--json` anywhere on the command line asks for a JSON error too.
+            let as_json = std::env::args_os().any(|a| a == "--json");
+            return crate::printer::usage(&e, as_json);
         }
     };
     match run(&cli) {
         Ok(code) => code,
-        Err(e) => {
-            let failed = e
-                .chain()
-                .any(|c| c.is::<CheckFailed>() || c.is::<ApplyError>());
-            eprintln!("error: {e}");
-            for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
-            }
-            if failed {
-                1
-            } else {
-                2
-            }
-        }
+        Err(e) => crate::printer::error(&e, cli.json),
     }
 }
 
 fn run(cli: &Cli) -> Result<i32> {
+    let json = &cli.json;
     let project = Project::resolve(cli.project.as_deref(), cli.cache.as_deref())?;
     match &cli.cmd {
-        Cmd::Vendor { src, refresh, json } => {
+        Cmd::Vendor { src, refresh } => {
             let t = Instant::now();
             let store = project.store()?;
             let (_, base) = project.base(&store, src.source.as_deref(), *refresh)?;
@@ -490,7 +448,6 @@ fn run(cli: &Cli) -> Result<i32> {
             force,
             no_wait,
             src,
-            json,
         } => {
             let t = Instant::now();
             let store = project.store()?;
@@ -552,7 +509,7 @@ fn run(cli: &Cli) -> Result<i32> {
             }
             Ok(0)
         }
-        Cmd::Verify { src, json } => {
+        Cmd::Verify { src } => {
             let t = Instant::now();
             let store = project.store()?;
             let (base, b) = project.base(&store, src.source.as_deref(), false)?;
@@ -622,12 +579,7 @@ fn run(cli: &Cli) -> Result<i32> {
                 Ok(1)
             }
         }
-        Cmd::Edit {
-            dir,
-            force,
-            src,
-            json,
-        } => {
+        Cmd::Edit { dir, force, src } => {
             let store = project.store()?;
             let (base, _) = project.base(&store, src.source.as_deref(), false)?;
             let series = project.series()?;
@@ -661,7 +613,6 @@ fn run(cli: &Cli) -> Result<i32> {
             pin,
             dry_run,
             src,
-            json,
         } => {
             let store = project.store()?;
             let (base, new_manifest) = match pin {
@@ -735,7 +686,6 @@ fn run(cli: &Cli) -> Result<i32> {
             compile_check,
             objects,
             workdir,
-            json,
         } => {
             let variant = if *cuda {
                 crate::build::Variant::Cuda
@@ -852,7 +802,7 @@ fn run(cli: &Cli) -> Result<i32> {
         Cmd::Gate { cmd } => {
             let gates = crate::gate::load_all(&project.root.join("gates"))?;
             match cmd {
-                GateCmd::List { json } => {
+                GateCmd::List {} => {
                     #[derive(Serialize)]
                     struct Row<'a> {
                         name: &'a str,
@@ -892,6 +842,17 @@ fn run(cli: &Cli) -> Result<i32> {
                 GateCmd::Baseline { names } => {
                     let chain_tree = project.chain_tree()?;
                     let results = project.root.join("build").join("gates");
+                    #[derive(Serialize)]
+                    struct Committed {
+                        gate: String,
+                        file: String,
+                        tree: String,
+                        rows: usize,
+                        figures: usize,
+                        /// The stored result judged again against the committed floors.
+                        status: crate::gate::report::Status,
+                    }
+                    let mut committed = Vec::new();
                     for name in names {
                         let (_, spec) = gates
                             .iter()
@@ -906,24 +867,39 @@ fn run(cli: &Cli) -> Result<i32> {
                             &r,
                             &chain_tree,
                         )?;
-                        println!(
-                            "gate baseline: {} row(s) of {name} ({} figure(s) held) from applied tree {} → {}",
-                            b.rows.len(),
-                            spec.baseline.len(),
-                            short(&b.tree),
-                            out.display()
-                        );
+                        if !*json {
+                            println!(
+                                "gate baseline: {} row(s) of {name} ({} figure(s) held) from applied tree {} → {}",
+                                b.rows.len(),
+                                spec.baseline.len(),
+                                short(&b.tree),
+                                out.display()
+                            );
+                        }
                         // The stored result failed only where floors were missing or
                         // moved on purpose: judged again against the committed ones.
                         let r = project.rejudge(spec, r, &b)?;
-                        println!(
-                            "gate baseline: the stored result of {name}, judged against it: {}",
-                            if r.status == crate::gate::report::Status::Passed {
-                                "passed"
-                            } else {
-                                "failed"
-                            }
-                        );
+                        if !*json {
+                            println!(
+                                "gate baseline: the stored result of {name}, judged against it: {}",
+                                if r.status == crate::gate::report::Status::Passed {
+                                    "passed"
+                                } else {
+                                    "failed"
+                                }
+                            );
+                        }
+                        committed.push(Committed {
+                            gate: name.clone(),
+                            file: out.display().to_string(),
+                            tree: b.tree.clone(),
+                            rows: b.rows.len(),
+                            figures: spec.baseline.len(),
+                            status: r.status,
+                        });
+                    }
+                    if *json {
+                        print_json(&committed)?;
                     }
                     Ok(0)
                 }
@@ -959,7 +935,21 @@ fn run(cli: &Cli) -> Result<i32> {
                             ),
                         });
                     }
-                    print!("{}", crate::gate::report::markdown(&results, &chain_tree));
+                    if *json {
+                        #[derive(Serialize)]
+                        struct Out<'a> {
+                            chain_tree: &'a str,
+                            stale: Vec<&'a str>,
+                            results: &'a [crate::gate::report::GateResult],
+                        }
+                        print_json(&Out {
+                            chain_tree: &chain_tree,
+                            stale: stale.iter().map(|r| r.gate.as_str()).collect(),
+                            results: &results,
+                        })?;
+                    } else {
+                        print!("{}", crate::gate::report::markdown(&results, &chain_tree));
+                    }
                     Ok(0)
                 }
                 GateCmd::Run {
@@ -967,7 +957,6 @@ fn run(cli: &Cli) -> Result<i32> {
                     all,
                     require_all,
                     workdir,
-                    json,
                 } => {
                     if names.is_empty() && !*all {
                         anyhow::bail!(
@@ -1042,7 +1031,6 @@ fn run(cli: &Cli) -> Result<i32> {
             check,
             dir,
             src,
-            json,
         } => {
             let outputs = crate::gen::outputs(&project.patches_dir)?;
             if *check {
@@ -1126,7 +1114,6 @@ fn run(cli: &Cli) -> Result<i32> {
                 dim,
                 dist,
                 c_header,
-                json,
             } => {
                 let bits = if bits.is_empty() {
                     vec![2, 3, 4]
@@ -1162,7 +1149,7 @@ fn run(cli: &Cli) -> Result<i32> {
             }
         },
         Cmd::Toolkit {
-            cmd: ToolkitCmd::Cuda { refresh, json },
+            cmd: ToolkitCmd::Cuda { refresh },
         } => {
             let store = project.store()?;
             let home = crate::toolkit::install_cuda(&store.root, *refresh)?;
@@ -1191,8 +1178,8 @@ fn run(cli: &Cli) -> Result<i32> {
                 path: Option<String>,
             }
             let (names, json, fetch) = match cmd {
-                ModelCmd::Fetch { names, json } => (names.clone(), *json, true),
-                ModelCmd::List { json } => (Vec::new(), *json, false),
+                ModelCmd::Fetch { names } => (names.clone(), *json, true),
+                ModelCmd::List {} => (Vec::new(), *json, false),
             };
             let chosen: Vec<&crate::model::Model> = if names.is_empty() {
                 models.iter().collect()
@@ -1238,7 +1225,6 @@ fn run(cli: &Cli) -> Result<i32> {
             write_conflicts,
             dry_run,
             src,
-            json,
         } => {
             let store = project.store()?;
             let (old_base, _) = project.base(&store, src.source.as_deref(), false)?;
@@ -1325,7 +1311,7 @@ fn run(cli: &Cli) -> Result<i32> {
             }
             Ok(if report.ok { 0 } else { 1 })
         }
-        Cmd::Status { workdir, json } => {
+        Cmd::Status { workdir } => {
             let store = project.store()?;
             let pin = project.manifest.tree_oid()?;
             let record = store.base_record(pin);

@@ -19,6 +19,7 @@ pub mod manifest;
 pub mod model;
 pub mod paths;
 pub mod pip;
+pub mod printer;
 pub mod proc;
 pub mod progress;
 pub mod project;

@@ -288,10 +288,15 @@ fn pip_sdist_source_verifies_the_hash_then_the_tree() {
     // Wrong hash: refused, nothing cached.
     fx.write_manifest(&fx.tree.clone(), &src(&"0".repeat(64)));
     let o = vendor(&fx);
-    let err = String::from_utf8_lossy(&o.stderr);
+    // Under --json the error is a JSON document on stdout.
+    let err: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err["ok"], false);
+    assert_eq!(err["error"]["kind"], "environment");
     assert!(
-        err.contains(&format!("sha256 is {good}, expected {}", "0".repeat(64))),
+        err["error"]
+            .to_string()
+            .contains(&format!("sha256 is {good}, expected {}", "0".repeat(64))),
         "{err}"
     );
     let st: serde_json::Value = serde_json::from_str(&fx.ok(&["status", "--json"])).unwrap();

@@ -109,6 +109,20 @@ fn a_second_commit_becomes_patch_0002_and_upto_stops_early() {
         .unwrap()
         .contains("0002"));
     fx.fails(&["apply", "--upto", "0009"], 2);
+    // Under the global --json the error is one JSON document on stdout.
+    let o = fx.run(&["apply", "--upto", "0009", "--json"]);
+    assert_eq!(o.code, 2, "{}", o.dump("apply --json"));
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["error"]["kind"], "environment");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("0009"),
+        "{v}"
+    );
+    let o = fx.run(&["--json", "apply", "--no-such-flag"]);
+    assert_eq!(o.code, 2, "{}", o.dump("usage --json"));
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["error"]["kind"], "usage");
 }
 
 #[test]
