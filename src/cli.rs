@@ -2,17 +2,12 @@
 //! human or JSON output, and exit codes (0 ok, 1 a check failed, 2 usage or
 //! environment error).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use serde::Serialize;
 use std::path::PathBuf;
-use std::time::Instant;
 
-use crate::chain::{self, Series};
-use crate::error::CheckFailed;
+use crate::cmd;
 use crate::project::Project;
-use crate::source;
-use crate::{edit, status, workdir};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -273,114 +268,9 @@ fn parse_number(s: &str) -> std::result::Result<u32, String> {
         .map_err(|_| format!("`{s}` is not a patch number (e.g. 0003)"))
 }
 
-fn print_rebase(r: &crate::rebase::Report) {
-    println!(
-        "rebase: {} → {} (commit {})",
-        short(&r.from_tree),
-        short(&r.to_tree),
-        short(&r.to_commit)
-    );
-    println!("| patch | outcome | files | drift |");
-    println!("|---|---|---|---|");
-    for p in &r.patches {
-        let files: Vec<String> = p
-            .files
-            .iter()
-            .map(|f| format!("{} {}", f.path, f.result))
-            .collect();
-        println!(
-            "| {} | {}{} | {} | {} |",
-            p.patch,
-            p.outcome,
-            p.after_conflict
-                .as_deref()
-                .map(|c| format!(" (after the conflict in {c})"))
-                .unwrap_or_default(),
-            files.join("; "),
-            if p.drift.is_empty() {
-                "-".to_string()
-            } else {
-                p.drift.join("; ")
-            }
-        );
-    }
-    for p in &r.patches {
-        for f in &p.files {
-            if let Some(d) = &f.detail {
-                println!("  {}: {}: {d}", p.patch, f.path);
-            }
-            for (i, c) in f.conflicts.iter().enumerate() {
-                println!("  {}: {}: conflict {}:", p.patch, f.path, i + 1);
-                println!(
-                    "    upstream:\n      {}",
-                    c.upstream.replace('\n', "\n      ")
-                );
-                println!("    patch:\n      {}", c.patch.replace('\n', "\n      "));
-            }
-        }
-        for m in &p.markers_vanished {
-            println!("  {m}");
-        }
-    }
-    for c in &r.checks {
-        println!("  check: {c}");
-    }
-    for d in &r.dropped {
-        println!("  dropped (already upstream): {d}");
-    }
-    let undecided = r.patches.iter().any(|p| {
-        p.outcome == crate::rebase::Outcome::AlreadyUpstream && !r.dropped.contains(&p.patch)
-    });
-    if undecided {
-        println!("  some patches are already upstream: rerun with --drop-upstreamed to drop them");
-    }
-    println!(
-        "rebase: {}",
-        match (r.ok, r.written) {
-            (true, true) => "ok — vendor-manifest.toml, patches/ and patches.lock updated together",
-            (true, false) => "ok (dry run: nothing written)",
-            (false, _) => "not done — nothing written (see above)",
-        }
-    );
-}
-
-fn print_gate(r: &crate::gate::report::GateResult) {
-    use crate::gate::report::Status;
-    match r.status {
-        Status::Skipped => println!(
-            "gate {}: skipped: {}\n",
-            r.gate,
-            r.reason.as_deref().unwrap_or("")
-        ),
-        s => {
-            println!(
-                "gate {}: {} ({:.0}s){}",
-                r.gate,
-                if s == Status::Passed {
-                    "passed"
-                } else {
-                    "FAILED"
-                },
-                r.seconds,
-                r.reason
-                    .as_deref()
-                    .map(|x| format!(" — {x}"))
-                    .unwrap_or_default()
-            );
-            if !r.rows.is_empty() {
-                println!("{}", crate::gate::report::table(r));
-            }
-            println!();
-        }
-    }
-}
-
-fn print_json<T: Serialize>(v: &T) -> Result<()> {
-    crate::printer::json(v)
-}
-
-fn short(id: &str) -> &str {
-    crate::show::prefix(id, 12)
+/// Prints a command's report; returns its exit code.
+fn emit<R: cmd::Report>(r: &R, json: bool) -> Result<i32> {
+    crate::printer::report(r, json)
 }
 
 /// Runs the CLI; returns the process exit code.
@@ -403,44 +293,10 @@ fn run(cli: &Cli) -> Result<i32> {
     let json = &cli.json;
     let project = Project::resolve(cli.project.as_deref(), cli.cache.as_deref())?;
     match &cli.cmd {
-        Cmd::Vendor { src, refresh } => {
-            let t = Instant::now();
-            let store = project.store()?;
-            let (_, base) = project.base(&store, src.source.as_deref(), *refresh)?;
-            #[derive(Serialize)]
-            struct Out<'a> {
-                ok: bool,
-                commit: &'a str,
-                tree: &'a str,
-                source: &'a str,
-                files: usize,
-                cached: bool,
-                seconds: f64,
-            }
-            let out = Out {
-                ok: true,
-                commit: &project.manifest.upstream.commit,
-                tree: &base.tree,
-                source: &base.source,
-                files: base.files,
-                cached: base.cached,
-                seconds: t.elapsed().as_secs_f64(),
-            };
-            if *json {
-                print_json(&out)?;
-            } else {
-                println!(
-                    "vendor: upstream {} tree {} ({} files) from {}{} in {:.2}s",
-                    short(out.commit),
-                    out.tree,
-                    out.files,
-                    out.source,
-                    if out.cached { " (cached)" } else { "" },
-                    out.seconds
-                );
-            }
-            Ok(0)
-        }
+        Cmd::Vendor { src, refresh } => emit(
+            &cmd::vendor::run(&project, src.source.as_deref(), *refresh)?,
+            *json,
+        ),
         Cmd::Apply {
             upto,
             workdir,
@@ -448,232 +304,42 @@ fn run(cli: &Cli) -> Result<i32> {
             force,
             no_wait,
             src,
-        } => {
-            let t = Instant::now();
-            let store = project.store()?;
-            let (base, _) = project.base(&store, src.source.as_deref(), false)?;
-            let series = project.series()?;
-            let patches = series.upto(*upto)?;
-            let trees = chain::apply::forward(&store.repo, base, patches)?;
-            let target = trees.last().copied().unwrap_or(base);
-            let dir = match workdir {
-                Some(d) => crate::fsx::absolute(d)?,
-                None => project.default_workdir(),
-            };
-            let report = workdir::sync(
-                &store.repo,
-                &workdir::SyncRequest {
-                    dir: &dir,
-                    target,
-                    base,
-                    patches: patches
-                        .iter()
-                        .zip(&trees)
-                        .map(|(p, t)| workdir::StatePatch {
-                            file: p.file_name.clone(),
-                            sha256: p.sha256.clone(),
-                            tree: t.to_string(),
-                        })
-                        .collect(),
+        } => emit(
+            &cmd::apply::run(
+                &project,
+                &cmd::apply::Args {
+                    upto: *upto,
+                    workdir: workdir.as_deref(),
                     dry_run: *dry_run,
                     force: *force,
                     wait: !*no_wait,
+                    source: src.source.as_deref(),
                 },
-            )?;
-            if *json {
-                print_json(&report)?;
-            } else {
-                let verb = if *dry_run { "would apply" } else { "applied" };
-                let last = patches
-                    .last()
-                    .map(|p| p.file_name.as_str())
-                    .unwrap_or("(base only)");
-                if report.already {
-                    println!(
-                        "apply: {} already holds tree {} (up to {last}); 0 files touched",
-                        report.workdir,
-                        short(&report.tree)
-                    );
-                } else {
-                    println!(
-                        "apply: {verb} {} patch(es) up to {last} → tree {} in {}: {} written, {} removed, {} unchanged ({:.2}s)",
-                        patches.len(),
-                        short(&report.tree),
-                        report.workdir,
-                        report.written,
-                        report.removed,
-                        report.kept,
-                        t.elapsed().as_secs_f64()
-                    );
-                }
-            }
-            Ok(0)
-        }
-        Cmd::Verify { src } => {
-            let t = Instant::now();
-            let store = project.store()?;
-            let (base, b) = project.base(&store, src.source.as_deref(), false)?;
-            let series = project.series()?;
-            let report =
-                chain::verify::run(&store.repo, base, &series.patches, &project.patches_dir)?;
-            #[derive(Serialize)]
-            struct Out<'a> {
-                ok: bool,
-                pin: &'a crate::manifest::Upstream,
-                source: &'a str,
-                #[serde(flatten)]
-                report: &'a chain::verify::Report,
-                seconds: f64,
-            }
-            let out = Out {
-                ok: report.ok,
-                pin: &project.manifest.upstream,
-                source: &b.source,
-                report: &report,
-                seconds: t.elapsed().as_secs_f64(),
-            };
-            if *json {
-                print_json(&out)?;
-            } else {
-                println!(
-                    "pin     {} {} commit {} tree {}",
-                    project.manifest.upstream.name,
-                    project.manifest.upstream.release.as_deref().unwrap_or(""),
-                    short(&project.manifest.upstream.commit),
-                    report.base_tree
-                );
-                println!("source  {}", b.source);
-                println!("chain   {} patch(es)", report.patches.len());
-                for c in &report.checks {
-                    let tag = match (&c.skipped, c.ok) {
-                        (Some(_), _) => "skip",
-                        (None, true) => "ok",
-                        (None, false) => "FAIL",
-                    };
-                    println!("  {tag:<5} {}", c.name);
-                    if let Some(why) = &c.skipped {
-                        println!("        skipped: {why}");
-                    }
-                    for p in &c.problems {
-                        for (i, line) in p.lines().enumerate() {
-                            println!("        {}{line}", if i == 0 { "- " } else { "  " });
-                        }
-                    }
-                }
-                println!(
-                    "verify: {} — final tree {} ({:.2}s)",
-                    if report.ok { "ok" } else { "FAILED" },
-                    report.final_tree.as_deref().unwrap_or("-"),
-                    out.seconds
-                );
-            }
-            if report.ok {
-                Ok(0)
-            } else {
-                if !*json {
-                    return Err(CheckFailed {
-                        summary: "verify found problems (listed above)".into(),
-                    }
-                    .into());
-                }
-                Ok(1)
-            }
-        }
-        Cmd::Edit { dir, force, src } => {
-            let store = project.store()?;
-            let (base, _) = project.base(&store, src.source.as_deref(), false)?;
-            let series = project.series()?;
-            let dir = match dir {
-                Some(d) => crate::fsx::absolute(d)?,
-                None => project.root.join("work").join("edit"),
-            };
-            let r = edit::edit(
-                &store.repo,
-                base,
-                &project.manifest.upstream.commit,
-                &series,
-                &dir,
-                *force,
-            )?;
-            if *json {
-                print_json(&r)?;
-            } else {
-                println!(
-                    "edit: {} patch(es) as commits on branch `{}` in {} (base commit {})\n  change them with git (commit --amend, rebase -i, new commits), then run `polykv-forge export`",
-                    r.patches,
-                    edit::BRANCH,
-                    r.dir,
-                    short(&r.base_commit)
-                );
-            }
-            Ok(0)
-        }
+            )?,
+            *json,
+        ),
+        Cmd::Verify { src } => emit(&cmd::verify::run(&project, src.source.as_deref())?, *json),
+        Cmd::Edit { dir, force, src } => emit(
+            &cmd::edit::run(&project, dir.as_deref(), *force, src.source.as_deref())?,
+            *json,
+        ),
         Cmd::Export {
             from,
             pin,
             dry_run,
             src,
-        } => {
-            let store = project.store()?;
-            let (base, new_manifest) = match pin {
-                None => (project.base(&store, src.source.as_deref(), false)?.0, None),
-                Some(pin) => {
-                    let (m, text) = project.pin_manifest(pin)?;
-                    let b = source::ensure_base(
-                        &store,
-                        &m,
-                        &source::Request {
-                            override_source: src.source.clone(),
-                            refresh: false,
-                        },
-                    )?;
-                    // Only [upstream] moves: the models and every other table stay.
-                    let manifest_path = project.root.join(crate::manifest::FILE_NAME);
-                    let text = crate::rebase::replace_upstream(
-                        &crate::fsx::read_to_string(&manifest_path)?,
-                        &text,
-                    )?;
-                    (git2::Oid::from_str(&b.tree)?, Some(text))
-                }
-            };
-            let from = match from {
-                Some(d) => crate::fsx::absolute(d)?,
-                None => project.root.join("work").join("edit"),
-            };
-            let r = edit::export(
-                &store.repo,
-                base,
-                &from,
-                &project.patches_dir,
-                *dry_run,
-                new_manifest.as_deref(),
-            )?;
-            if *json {
-                print_json(&r)?;
-            } else {
-                let verb = if *dry_run { "would write" } else { "wrote" };
-                if r.written.is_empty() && r.removed.is_empty() {
-                    println!(
-                        "export: patches/ already matches the stack ({} patch file(s) unchanged)",
-                        r.unchanged.len()
-                    );
-                } else {
-                    println!(
-                    "export: {verb} {} patch file(s), {} unchanged, {} removed, and patches.lock",
-                    r.written.len(),
-                    r.unchanged.len(),
-                    r.removed.len()
-                );
-                    for w in &r.written {
-                        println!("  write   {w}");
-                    }
-                    for w in &r.removed {
-                        println!("  remove  {w}");
-                    }
-                }
-            }
-            Ok(0)
-        }
+        } => emit(
+            &cmd::export::run(
+                &project,
+                &cmd::export::Args {
+                    from: from.as_deref(),
+                    pin: pin.as_deref(),
+                    dry_run: *dry_run,
+                    source: src.source.as_deref(),
+                },
+            )?,
+            *json,
+        ),
         Cmd::Build {
             cpu: _,
             cuda,
@@ -694,419 +360,63 @@ fn run(cli: &Cli) -> Result<i32> {
             } else {
                 crate::build::Variant::Cpu
             };
-            let dir = match workdir {
-                Some(d) => crate::fsx::absolute(d)?,
-                None => project.default_workdir(),
+            let args = cmd::build::Args {
+                variant,
+                targets: targets.clone(),
+                jobs: *jobs,
+                cuda_arch: cuda_arch.clone(),
+                dry_run: *dry_run,
+                check: *check,
+                compile_check: *compile_check,
+                objects,
+                workdir: workdir.as_deref(),
             };
-            let applied = project.applied(&dir, false)?;
-            let plan = crate::build::plan(
-                &project.root,
-                &applied,
-                &crate::build::Request {
-                    variant,
-                    targets: targets.clone(),
-                    jobs: *jobs,
-                    cuda_arch: cuda_arch.clone(),
-                    fa_quants: None,
-                    cache_root: project.cache_root()?,
-                },
-            )?;
-            if *dry_run {
-                if *json {
-                    print_json(&plan)?;
-                } else {
-                    println!("# variant {} — cache key {}", variant.name(), plan.key);
-                    println!("# applied tree {}", plan.tree);
-                    for c in &plan.compilers {
-                        println!("# compiler: {c}");
-                    }
-                    if let Some(why) = &plan.blocked {
-                        println!("# cannot run on this machine: {why}");
-                    }
-                    println!("{}", crate::build::show_command(&plan.configure));
-                    println!("{}", crate::build::show_command(&plan.build));
-                }
-                return Ok(0);
-            }
-            if *check {
-                let m = crate::build::check(&plan)?;
-                if *json {
-                    print_json(&m)?;
-                } else {
-                    println!(
-                        "build --check: {} artifact(s) in {} match the manifest (key {}…, tree {})",
-                        m.artifacts.len(),
-                        plan.build_dir,
-                        short(&m.key),
-                        short(&m.tree)
-                    );
-                }
-                return Ok(0);
-            }
-            if let Some(why) = &plan.blocked {
-                anyhow::bail!(
-                    "cannot build the {} variant on this machine: {why}\n  `polykv-forge build --{} --dry-run` prints the exact commands",
-                    variant.name(),
-                    variant.name()
-                );
-            }
-            // The workdir must hold exactly the chain the plan was made for.
-            project.applied(&dir, true)?;
-            if *compile_check {
-                let instances = crate::gen::cuda_instances(&project.patches_dir)?;
-                let objs = crate::build::cuda_check_objects(
-                    &project.series()?.patches,
-                    &instances,
-                    objects,
-                )?;
-                let out = crate::build::compile_check(&plan, &objs)?;
-                if *json {
-                    print_json(&out)?;
-                } else {
-                    println!(
-                        "build: compile check of the {} variant: {} object(s), no warning, {:.0}s",
-                        variant.name(),
-                        out.objects.len(),
-                        out.seconds
-                    );
-                    for o in &out.objects {
-                        println!("  {o}");
-                    }
-                }
-                return Ok(0);
-            }
-            let t = Instant::now();
-            let out = crate::build::run(&plan)?;
-            if *json {
-                print_json(&out)?;
-            } else if out.up_to_date {
-                println!(
-                    "build: {} is up to date (key {}…, {} artifact(s) intact) in {:.2}s",
-                    plan.build_dir,
-                    short(&plan.key),
-                    out.manifest.artifacts.len(),
-                    t.elapsed().as_secs_f64()
-                );
-            } else {
-                println!(
-                    "build: {} variant built in {:.0}s → {} ({} artifact(s), manifest {})",
-                    variant.name(),
-                    out.manifest.seconds,
-                    plan.build_dir,
-                    out.manifest.artifacts.len(),
-                    crate::build::MANIFEST
-                );
-            }
-            Ok(0)
+            emit(&cmd::build::run(&project, &args)?, *json)
         }
-        Cmd::Gate { cmd } => {
-            let gates = crate::gate::load_all(&project.root.join("gates"))?;
-            match cmd {
-                GateCmd::List {} => {
-                    #[derive(Serialize)]
-                    struct Row<'a> {
-                        name: &'a str,
-                        description: &'a str,
-                        variant: &'a str,
-                        models: &'a [String],
-                        benchmark: bool,
-                        manual: Option<&'a str>,
-                    }
-                    let rows: Vec<Row> = gates
-                        .iter()
-                        .map(|(_, g)| Row {
-                            name: &g.name,
-                            description: &g.description,
-                            variant: g.variant.name(),
-                            models: &g.models,
-                            benchmark: g.benchmark,
-                            manual: g.manual.as_deref(),
-                        })
-                        .collect();
-                    if *json {
-                        print_json(&rows)?;
-                    } else {
-                        for r in rows {
-                            println!(
-                                "{:<14} [{}{}{}] {}",
-                                r.name,
-                                r.variant,
-                                if r.benchmark { ", benchmark" } else { "" },
-                                if r.manual.is_some() { ", manual" } else { "" },
-                                r.description
-                            );
-                        }
-                    }
-                    Ok(0)
-                }
-                GateCmd::Baseline { names } => {
-                    let chain_tree = project.chain_tree()?;
-                    let results = project.root.join("build").join("gates");
-                    #[derive(Serialize)]
-                    struct Committed {
-                        gate: String,
-                        file: String,
-                        tree: String,
-                        rows: usize,
-                        figures: usize,
-                        /// The stored result judged again against the committed floors.
-                        status: crate::gate::report::Status,
-                    }
-                    let mut committed = Vec::new();
-                    for name in names {
-                        let (_, spec) = gates
-                            .iter()
-                            .find(|(_, g)| &g.name == name)
-                            .with_context(|| format!("no gate named `{name}` in gates/"))?;
-                        let r = crate::gate::report::load_latest(&results, name)?.with_context(
-                            || format!("no result of gate {name}: run `polykv-forge gate run {name}` first"),
-                        )?;
-                        let (out, b) = crate::gate::baseline::commit(
-                            &project.root.join("gates"),
-                            &spec.baseline,
-                            &r,
-                            &chain_tree,
-                        )?;
-                        if !*json {
-                            println!(
-                                "gate baseline: {} row(s) of {name} ({} figure(s) held) from applied tree {} → {}",
-                                b.rows.len(),
-                                spec.baseline.len(),
-                                short(&b.tree),
-                                out.display()
-                            );
-                        }
-                        // The stored result failed only where floors were missing or
-                        // moved on purpose: judged again against the committed ones.
-                        let r = project.rejudge(spec, r, &b)?;
-                        if !*json {
-                            println!(
-                                "gate baseline: the stored result of {name}, judged against it: {}",
-                                if r.status == crate::gate::report::Status::Passed {
-                                    "passed"
-                                } else {
-                                    "failed"
-                                }
-                            );
-                        }
-                        committed.push(Committed {
-                            gate: name.clone(),
-                            file: out.display().to_string(),
-                            tree: b.tree.clone(),
-                            rows: b.rows.len(),
-                            figures: spec.baseline.len(),
-                            status: r.status,
-                        });
-                    }
-                    if *json {
-                        print_json(&committed)?;
-                    }
-                    Ok(0)
-                }
-                GateCmd::Report { allow_stale } => {
-                    let dir = project.root.join("build").join("gates");
-                    let mut results = Vec::new();
-                    for (_, g) in &gates {
-                        results.extend(crate::gate::report::load_latest(&dir, &g.name)?);
-                    }
-                    if results.is_empty() {
-                        anyhow::bail!(
-                            "no gate results in {}; run `polykv-forge gate run --all` first",
-                            dir.display()
-                        );
-                    }
-                    let chain_tree = project.chain_tree()?;
-                    let stale = crate::gate::report::stale(&results, &chain_tree);
-                    if !stale.is_empty() && !*allow_stale {
-                        anyhow::bail!(CheckFailed {
-                            summary: format!(
-                                "gate report: {} result(s) were measured on another applied tree than the chain's {}: {}; run them again (`polykv-forge gate run NAME`), or pass --allow-stale to render them marked stale",
-                                stale.len(),
-                                short(&chain_tree),
-                                stale
-                                    .iter()
-                                    .map(|r| format!(
-                                        "{} (tree {})",
-                                        r.gate,
-                                        short(r.tree.as_deref().unwrap_or(""))
-                                    ))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        });
-                    }
-                    if *json {
-                        #[derive(Serialize)]
-                        struct Out<'a> {
-                            chain_tree: &'a str,
-                            stale: Vec<&'a str>,
-                            results: &'a [crate::gate::report::GateResult],
-                        }
-                        print_json(&Out {
-                            chain_tree: &chain_tree,
-                            stale: stale.iter().map(|r| r.gate.as_str()).collect(),
-                            results: &results,
-                        })?;
-                    } else {
-                        print!("{}", crate::gate::report::markdown(&results, &chain_tree));
-                    }
-                    Ok(0)
-                }
-                GateCmd::Run {
+        Cmd::Gate { cmd } => match cmd {
+            GateCmd::List {} => emit(&cmd::gate::list(&project)?, *json),
+            GateCmd::Baseline { names } => emit(&cmd::gate::baseline(&project, names)?, *json),
+            GateCmd::Report { allow_stale } => {
+                emit(&cmd::gate::report(&project, *allow_stale)?, *json)
+            }
+            GateCmd::Run {
+                names,
+                all,
+                require_all,
+                workdir,
+            } => {
+                let args = cmd::gate::RunArgs {
                     names,
-                    all,
-                    require_all,
-                    workdir,
-                } => {
-                    if names.is_empty() && !*all {
-                        anyhow::bail!(
-                            "name the gates to run, or pass --all (see `polykv-forge gate list`)"
-                        );
-                    }
-                    let chosen: Vec<&crate::gate::Spec> = if *all {
-                        gates.iter().map(|(_, g)| g).collect()
-                    } else {
-                        names
-                            .iter()
-                            .map(|n| {
-                                gates.iter().map(|(_, g)| g).find(|g| &g.name == n).with_context(|| {
-                                    format!("no gate `{n}` in gates/ (see `polykv-forge gate list`)")
-                                })
-                            })
-                            .collect::<Result<_>>()?
-                    };
-                    let dir = match workdir {
-                        Some(d) => crate::fsx::absolute(d)?,
-                        None => project.default_workdir(),
-                    };
-                    let mut results = Vec::new();
-                    for spec in chosen {
-                        if let (true, Some(why)) = (*all, &spec.manual) {
-                            // Not a result: its last real run (if any) stays in build/gates/.
-                            if !*json {
-                                println!(
-                                    "gate {}: not run by --all (manual: {why}); run it with `polykv-forge gate run {}`",
-                                    spec.name, spec.name
-                                );
+                    all: *all,
+                    require_all: *require_all,
+                    workdir: workdir.as_deref(),
+                };
+                // A person sees each gate as it finishes; JSON comes at the end.
+                let ran = cmd::gate::run(&project, &args, |e| {
+                    if !*json {
+                        match e {
+                            cmd::gate::Event::Left { gate, why } => {
+                                println!("{}", cmd::gate::human_left(gate, why))
                             }
-                            continue;
+                            cmd::gate::Event::Done(r) => {
+                                println!("{}", cmd::gate::human_result(r))
+                            }
                         }
-                        // --all runs the CI set: a gate's manual rows only when it is named.
-                        let spec = if *all {
-                            spec.without_manual_rows()
-                        } else {
-                            spec.clone()
-                        };
-                        let r = project.run_gate(&spec, &dir)?;
-                        if !*json {
-                            print_gate(&r);
-                        }
-                        results.push(r);
                     }
-                    use crate::gate::report::Status;
-                    let failed = results
-                        .iter()
-                        .filter(|r| r.status == Status::Failed)
-                        .count();
-                    let skipped = results
-                        .iter()
-                        .filter(|r| r.status == Status::Skipped)
-                        .count();
-                    let passed = results.len() - failed - skipped;
-                    if *json {
-                        print_json(&results)?;
-                    } else {
-                        println!("gates: {passed} passed, {failed} failed, {skipped} skipped");
-                    }
-                    Ok(if failed > 0 || (*require_all && skipped > 0) {
-                        1
-                    } else {
-                        0
-                    })
-                }
+                })?;
+                emit(&ran, *json)
             }
-        }
+        },
         Cmd::Gen {
             cmd: None,
             check,
             dir,
             src,
         } => {
-            let outputs = crate::gen::outputs(&project.patches_dir)?;
             if *check {
-                let store = project.store()?;
-                let (base, _) = project.base(&store, src.source.as_deref(), false)?;
-                let series = project.series()?;
-                let report =
-                    chain::verify::run(&store.repo, base, &series.patches, &project.patches_dir)?;
-                let problems: Vec<String> = report
-                    .checks
-                    .iter()
-                    .filter(|c| c.name == "apply" || c.name == "generated")
-                    .flat_map(|c| {
-                        c.problems.iter().cloned().chain(
-                            c.skipped
-                                .iter()
-                                .map(|why| format!("generated files not checked: {why}")),
-                        )
-                    })
-                    .collect();
-                let ok = problems.is_empty();
-                if *json {
-                    #[derive(Serialize)]
-                    struct Out<'a> {
-                        ok: bool,
-                        files: &'a [crate::gen::Output],
-                        problems: &'a [String],
-                    }
-                    print_json(&Out {
-                        ok,
-                        files: &outputs,
-                        problems: &problems,
-                    })?;
-                } else {
-                    for p in &problems {
-                        eprintln!("error: {p}");
-                    }
-                    println!(
-                        "gen --check: {} — {} generated file(s) declared in patches/{}",
-                        if ok { "ok" } else { "FAILED" },
-                        outputs.len(),
-                        crate::gen::DECL_FILE
-                    );
-                }
-                if !ok {
-                    return Err(CheckFailed {
-                        summary: format!("gen --check: {} problem(s)", problems.len()),
-                    }
-                    .into());
-                }
-                return Ok(0);
+                return emit(&cmd::gen::check(&project, src.source.as_deref())?, *json);
             }
-            let stack = match dir {
-                Some(d) => crate::fsx::absolute(d)?,
-                None => project.root.join("work").join("edit"),
-            };
-            let written = crate::gen::write(&stack, &outputs)?;
-            if *json {
-                print_json(&written)?;
-            } else {
-                for w in &written {
-                    println!(
-                        "  {} {} ({})",
-                        if w.changed { "wrote    " } else { "unchanged" },
-                        w.path,
-                        w.generator
-                    );
-                }
-                if written.iter().any(|w| w.changed) {
-                    println!(
-                        "gen: commit the changes in {} (in the patch that owns them), then run `polykv-forge export`",
-                        stack.display()
-                    );
-                }
-            }
-            Ok(0)
+            emit(&cmd::gen::write(&project, dir.as_deref())?, *json)
         }
         Cmd::Gen { cmd: Some(cmd), .. } => match cmd {
             GenCmd::Codebooks {
@@ -1114,109 +424,17 @@ fn run(cli: &Cli) -> Result<i32> {
                 dim,
                 dist,
                 c_header,
-            } => {
-                let bits = if bits.is_empty() {
-                    vec![2, 3, 4]
-                } else {
-                    bits.clone()
-                };
-                let books: Vec<_> = bits
-                    .iter()
-                    .map(|b| crate::gen::codebook::generate(*b, *dim, *dist))
-                    .collect::<Result<_>>()?;
-                if *json {
-                    print_json(&books)?;
-                } else if *c_header {
-                    print!("{}", crate::gen::codebook::c_header(&books));
-                } else {
-                    for b in &books {
-                        let pos: Vec<String> = b.centroids[b.centroids.len() / 2..]
-                            .iter()
-                            .map(|c| format!("{c:.5}"))
-                            .collect();
-                        println!(
-                            "{} bits, dim {}, {:?}: ±[{}]  MSE/coord (unit variance) {:.6}  ({} iterations)",
-                            b.bits,
-                            b.dim,
-                            b.dist,
-                            pos.join(", "),
-                            b.mse_unit,
-                            b.iterations
-                        );
-                    }
-                }
-                Ok(0)
-            }
+            } => emit(&cmd::gen::codebooks(bits, *dim, *dist, *c_header)?, *json),
         },
         Cmd::Toolkit {
             cmd: ToolkitCmd::Cuda { refresh },
-        } => {
-            let store = project.store()?;
-            let home = crate::toolkit::install_cuda(&store.root, *refresh)?;
-            let version = std::fs::read_to_string(home.join(".complete")).unwrap_or_default();
-            let version = version.lines().last().unwrap_or("").to_string();
-            if *json {
-                print_json(&serde_json::json!({
-                    "cuda_home": home.display().to_string(),
-                    "nvcc": home.join("bin/nvcc").display().to_string(),
-                    "version": version,
-                }))?;
-            } else {
-                println!("CUDA toolkit {version}");
-                println!("  CUDA_HOME={}", home.display());
-            }
-            Ok(0)
-        }
+        } => emit(&cmd::toolkit::cuda(&project, *refresh)?, *json),
         Cmd::Model { cmd } => {
-            let store = project.store()?;
-            let models = &project.manifest.models;
-            #[derive(Serialize)]
-            struct Row {
-                name: String,
-                file: String,
-                sha256: String,
-                path: Option<String>,
-            }
-            let (names, json, fetch) = match cmd {
-                ModelCmd::Fetch { names } => (names.clone(), *json, true),
-                ModelCmd::List {} => (Vec::new(), *json, false),
+            let (names, fetch) = match cmd {
+                ModelCmd::Fetch { names } => (names.as_slice(), true),
+                ModelCmd::List {} => (&[][..], false),
             };
-            let chosen: Vec<&crate::model::Model> = if names.is_empty() {
-                models.iter().collect()
-            } else {
-                names
-                    .iter()
-                    .map(|n| crate::model::find(models, n))
-                    .collect::<Result<_>>()?
-            };
-            let mut rows = Vec::new();
-            for m in chosen {
-                let path = if fetch {
-                    Some(crate::model::fetch(&store, m)?)
-                } else {
-                    crate::model::cached(&store, m)
-                };
-                rows.push(Row {
-                    name: m.name.clone(),
-                    file: m.file.clone(),
-                    sha256: m.sha256.clone(),
-                    path: path.map(|p| p.display().to_string()),
-                });
-            }
-            if json {
-                print_json(&rows)?;
-            } else {
-                for r in &rows {
-                    println!(
-                        "{:<14} {}",
-                        r.name,
-                        r.path
-                            .as_deref()
-                            .unwrap_or("not fetched (polykv-forge model fetch)")
-                    );
-                }
-            }
-            Ok(0)
+            emit(&cmd::model::run(&project, names, fetch)?, *json)
         }
         Cmd::Rebase {
             to,
@@ -1225,173 +443,20 @@ fn run(cli: &Cli) -> Result<i32> {
             write_conflicts,
             dry_run,
             src,
-        } => {
-            let store = project.store()?;
-            let (old_base, _) = project.base(&store, src.source.as_deref(), false)?;
-            let (new_m, pin_text) = project.pin_manifest(to)?;
-            let nb = source::ensure_base(
-                &store,
-                &new_m,
-                &source::Request {
-                    override_source: to_source.clone(),
-                    refresh: false,
+        } => emit(
+            &cmd::rebase::run(
+                &project,
+                &cmd::rebase::Args {
+                    to,
+                    to_source: to_source.as_deref(),
+                    drop_upstreamed: *drop_upstreamed,
+                    write_conflicts: write_conflicts.as_deref(),
+                    dry_run: *dry_run,
+                    source: src.source.as_deref(),
                 },
-            )?;
-            let new_base = git2::Oid::from_str(&nb.tree)?;
-            let series = project.series()?;
-            let (mut report, rebased) = crate::rebase::plan(
-                &store.repo,
-                old_base,
-                new_base,
-                &new_m.upstream.commit,
-                &series.patches,
-                *drop_upstreamed,
-                &project.patches_dir,
-            )?;
-            if let Some(dir) = write_conflicts {
-                let dir = crate::fsx::absolute(dir)?;
-                let stack = Series {
-                    dir: project.patches_dir.clone(),
-                    patches: rebased
-                        .iter()
-                        .map(|n| chain::PatchFile::from_bytes(&n.file_name, n.bytes.clone()))
-                        .collect::<Result<_>>()?,
-                };
-                edit::edit(
-                    &store.repo,
-                    new_base,
-                    &new_m.upstream.commit,
-                    &stack,
-                    &dir,
-                    false,
-                )?;
-                if !*json {
-                    println!(
-                        "rebase: the rebased stack is in {} (conflicts marked); resolve, `git commit --amend`, then\n  polykv-forge export --from {} --pin {}",
-                        dir.display(),
-                        dir.display(),
-                        to.display()
-                    );
-                }
-            }
-            crate::failpoint::hit("rebase-before-write");
-            if report.ok && !*dry_run {
-                let lock = crate::chain::lock::Lock {
-                    base: new_base.to_string(),
-                    lines: rebased
-                        .iter()
-                        .map(|n| crate::chain::lock::LockLine {
-                            file: n.file_name.clone(),
-                            sha256: source::sha256_hex(&n.bytes),
-                            tree: n.tree.to_string(),
-                        })
-                        .collect(),
-                };
-                let manifest_path = project.root.join(crate::manifest::FILE_NAME);
-                let manifest_text = crate::rebase::replace_upstream(
-                    &crate::fsx::read_to_string(&manifest_path)?,
-                    &pin_text,
-                )?;
-                let files: Vec<(String, Vec<u8>)> = rebased
-                    .iter()
-                    .map(|n| (n.file_name.clone(), n.bytes.clone()))
-                    .collect();
-                edit::write_series(
-                    &project.patches_dir,
-                    &files,
-                    &lock.render(),
-                    Some(&manifest_text),
-                )?;
-                report.written = true;
-            }
-            if *json {
-                print_json(&report)?;
-            } else {
-                print_rebase(&report);
-            }
-            Ok(if report.ok { 0 } else { 1 })
-        }
-        Cmd::Status { workdir } => {
-            let store = project.store()?;
-            let pin = project.manifest.tree_oid()?;
-            let record = store.base_record(pin);
-            let vendored = store.has_base(pin);
-            let series = project.series()?;
-            let rows = status::chain_rows(&series.patches)?;
-            let dir = match workdir {
-                Some(d) => crate::fsx::absolute(d)?,
-                None => project.default_workdir(),
-            };
-            let wd = status::workdir_status(&dir, &series.patches)?;
-            #[derive(Serialize)]
-            struct Out<'a> {
-                pin: &'a crate::manifest::Upstream,
-                vendored: bool,
-                source: Option<String>,
-                chain: Vec<status::ChainRow>,
-                workdir: status::WorkdirStatus,
-            }
-            let out = Out {
-                pin: &project.manifest.upstream,
-                vendored,
-                source: record.map(|r| r.source),
-                chain: rows,
-                workdir: wd,
-            };
-            if *json {
-                print_json(&out)?;
-            } else {
-                let u = &project.manifest.upstream;
-                println!(
-                    "pin      {} {} commit {} tree {}",
-                    u.name,
-                    u.release.as_deref().unwrap_or(""),
-                    short(&u.commit),
-                    u.tree
-                );
-                println!(
-                    "source   {}",
-                    match (&out.source, vendored) {
-                        (Some(s), true) => s.clone(),
-                        _ => "not vendored yet (run `polykv-forge vendor`)".into(),
-                    }
-                );
-                println!("chain    {} patch(es)", out.chain.len());
-                for r in &out.chain {
-                    println!(
-                        "  {}  {:<44} {:>3} file(s)  +{} -{}",
-                        r.number, r.file, r.files, r.added, r.removed
-                    );
-                }
-                let w = &out.workdir;
-                let what = match w.state.as_str() {
-                    "clean" | "drifted" => format!(
-                        "{}, applied up to {}{}",
-                        w.state,
-                        w.applied_upto
-                            .as_deref()
-                            .filter(|s| !s.is_empty())
-                            .unwrap_or("the base"),
-                        if w.current {
-                            ""
-                        } else {
-                            " (not the current chain: run apply)"
-                        }
-                    ),
-                    s => s.to_string(),
-                };
-                println!("workdir  {} — {what}", w.path);
-                for m in &w.modified {
-                    println!("  modified  {m}");
-                }
-                for d in &w.deleted {
-                    println!("  deleted   {d}");
-                }
-                if w.untracked > 0 {
-                    println!("  {} untracked file(s) kept across applies", w.untracked);
-                }
-            }
-            Ok(0)
-        }
+            )?,
+            *json,
+        ),
+        Cmd::Status { workdir } => emit(&cmd::status::run(&project, workdir.as_deref())?, *json),
     }
 }

@@ -6,7 +6,7 @@ use git2::{Oid, Repository, Signature, Time};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-use crate::chain::lock::{Lock, LockLine};
+use crate::chain::lock::Lock;
 use crate::chain::{apply, export, series, PatchFile, Series};
 use crate::fsx;
 
@@ -291,17 +291,12 @@ pub fn export(
         });
         prev_tree = tree;
     }
-    let lock = Lock {
-        base: base.to_string(),
-        lines: planned
+    let lock = Lock::of(
+        base,
+        planned
             .iter()
-            .map(|p| LockLine {
-                file: p.file_name.clone(),
-                sha256: crate::source::sha256_hex(&p.bytes),
-                tree: p.tree.to_string(),
-            })
-            .collect(),
-    };
+            .map(|p| (p.file_name.as_str(), p.bytes.as_slice(), Some(p.tree))),
+    );
     let old = Series::load(patches_dir)?;
     let mut report = ExportReport {
         dir: patches_dir.display().to_string(),

@@ -7,6 +7,7 @@
 pub mod build;
 pub mod chain;
 pub mod cli;
+pub mod cmd;
 pub mod edit;
 pub mod error;
 pub mod failpoint;

@@ -14,6 +14,19 @@ pub fn json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints a command's report (JSON or its text) and returns its exit code.
+pub fn report<R: crate::cmd::Report>(r: &R, as_json: bool) -> anyhow::Result<i32> {
+    if as_json {
+        json(r)?;
+    } else {
+        let text = r.human();
+        if !text.is_empty() {
+            println!("{text}");
+        }
+    }
+    Ok(r.exit_code())
+}
+
 /// What kind of failure an error is; callers of `--json` branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -20,6 +20,26 @@ pub struct Lock {
 }
 
 impl Lock {
+    /// The lock of a series over `base`: each patch file's name, the sha256
+    /// of its bytes, and the tree after it (empty when it did not apply).
+    /// The one way a lock is made (export, rebase, and verify's expectation).
+    pub fn of<'a>(
+        base: git2::Oid,
+        patches: impl IntoIterator<Item = (&'a str, &'a [u8], Option<git2::Oid>)>,
+    ) -> Lock {
+        Lock {
+            base: base.to_string(),
+            lines: patches
+                .into_iter()
+                .map(|(file, bytes, tree)| LockLine {
+                    file: file.to_string(),
+                    sha256: crate::source::sha256_hex(bytes),
+                    tree: tree.map(|t| t.to_string()).unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+
     pub fn render(&self) -> String {
         let mut s = String::from(
             "# polykv-forge patches.lock: written by `polykv-forge export`; checked by `verify`.\n",

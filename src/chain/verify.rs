@@ -7,12 +7,41 @@ use git2::{Oid, Repository};
 use serde::Serialize;
 use std::path::Path;
 
-use crate::chain::lock::{Lock, LockLine};
+use crate::chain::lock::Lock;
 use crate::chain::{apply, export, markers, ownership, series, PatchFile};
+
+/// The checks verify runs, by a typed id (`gen --check` asks for its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckId {
+    Apply,
+    Lock,
+    Reverse,
+    Export,
+    Ownership,
+    Markers,
+    Generated,
+}
+
+impl CheckId {
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckId::Apply => "apply",
+            CheckId::Lock => "lock",
+            CheckId::Reverse => "reverse",
+            CheckId::Export => "export",
+            CheckId::Ownership => "ownership",
+            CheckId::Markers => "markers",
+            CheckId::Generated => "generated",
+        }
+    }
+}
 
 #[derive(Debug, Serialize)]
 pub struct Check {
-    pub name: &'static str,
+    /// Serialized as the check's name (`apply`, `lock`, ...).
+    #[serde(rename = "name")]
+    pub id: CheckId,
     pub ok: bool,
     /// Why the check did not run, when it did not.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -36,18 +65,31 @@ pub struct Report {
     pub checks: Vec<Check>,
 }
 
-fn check(name: &'static str, problems: Vec<String>) -> Check {
+impl Check {
+    pub fn name(&self) -> &'static str {
+        self.id.name()
+    }
+}
+
+impl Report {
+    /// The result of one check.
+    pub fn get(&self, id: CheckId) -> Option<&Check> {
+        self.checks.iter().find(|c| c.id == id)
+    }
+}
+
+fn check(id: CheckId, problems: Vec<String>) -> Check {
     Check {
-        name,
+        id,
         ok: problems.is_empty(),
         skipped: None,
         problems,
     }
 }
 
-fn skipped(name: &'static str, why: &str) -> Check {
+fn skipped(id: CheckId, why: &str) -> Check {
     Check {
-        name,
+        id,
         ok: false,
         skipped: Some(why.to_string()),
         problems: Vec::new(),
@@ -74,7 +116,7 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
         }
     }
     let applied = apply_problems.is_empty();
-    checks.push(check("apply", apply_problems));
+    checks.push(check(CheckId::Apply, apply_problems));
     let before = |k: usize| if k == 0 { base } else { trees[k - 1] };
 
     // 2. Lock.
@@ -85,26 +127,26 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
             crate::chain::lock::FILE_NAME
         )],
         Ok(Some(lock)) => {
-            let want = Lock {
-                base: base.to_string(),
-                lines: patches
-                    .iter()
-                    .enumerate()
-                    .map(|(k, p)| LockLine {
-                        file: p.file_name.clone(),
-                        sha256: p.sha256.clone(),
-                        tree: trees.get(k).map(|t| t.to_string()).unwrap_or_default(),
-                    })
-                    .collect(),
-            };
+            let want = Lock::of(
+                base,
+                patches.iter().enumerate().map(|(k, p)| {
+                    (p.file_name.as_str(), p.bytes.as_slice(), trees.get(k).copied())
+                }),
+            );
             compare_lock(&lock, &want)
         }
     };
-    checks.push(check("lock", lock_problems));
+    checks.push(check(CheckId::Lock, lock_problems));
 
     if !applied {
-        for name in ["reverse", "export", "ownership", "markers", "generated"] {
-            checks.push(skipped(name, "the chain does not apply"));
+        for id in [
+            CheckId::Reverse,
+            CheckId::Export,
+            CheckId::Ownership,
+            CheckId::Markers,
+            CheckId::Generated,
+        ] {
+            checks.push(skipped(id, "the chain does not apply"));
         }
     } else {
         // 3. Reverse: peel from the top, each strictly reverse-applied.
@@ -130,7 +172,7 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
         if rev.is_empty() && t != base {
             rev.push(format!("peeling every patch gave {t}, not the base {base}"));
         }
-        checks.push(check("reverse", rev));
+        checks.push(check(CheckId::Reverse, rev));
 
         // 4. Re-export: byte-identical canonical text.
         let mut exp = Vec::new();
@@ -149,7 +191,7 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
                 Err(e) => exp.push(format!("{}: {e:#}", p.file_name)),
             }
         }
-        checks.push(check("export", exp));
+        checks.push(check(CheckId::Export, exp));
 
         // 5. Ownership.
         let base_tree = repo.find_tree(base)?;
@@ -157,7 +199,7 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
         let own = ownership::Ownership::load(dir)
             .and_then(|rules| ownership::check(patches, &base_has, &rules));
         checks.push(check(
-            "ownership",
+            CheckId::Ownership,
             own.unwrap_or_else(|e| vec![format!("{e:#}")]),
         ));
 
@@ -165,7 +207,7 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
         let mk = markers::Markers::load(dir)
             .and_then(|rules| markers::check(repo, base, patches, &trees, &rules));
         checks.push(check(
-            "markers",
+            CheckId::Markers,
             mk.unwrap_or_else(|e| vec![format!("{e:#}")]),
         ));
 
@@ -173,7 +215,7 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
         let final_tree = trees.last().copied().unwrap_or(base);
         let gen = crate::gen::outputs(dir).and_then(|o| crate::gen::check(repo, final_tree, &o));
         checks.push(check(
-            "generated",
+            CheckId::Generated,
             gen.unwrap_or_else(|e| vec![format!("{e:#}")]),
         ));
     }

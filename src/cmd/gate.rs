@@ -1,0 +1,330 @@
+//! `gate list | run | baseline | report`: the gates in gates/*.toml, their
+//! runs, committed baselines and the Markdown report.
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use super::{short, Report};
+use crate::error::CheckFailed;
+use crate::gate::report::{GateResult, Status};
+use crate::gate::Spec;
+use crate::project::Project;
+
+fn load(project: &Project) -> Result<Vec<Spec>> {
+    Ok(crate::gate::load_all(&project.root.join("gates"))?
+        .into_iter()
+        .map(|(_, g)| g)
+        .collect())
+}
+
+fn find<'a>(gates: &'a [Spec], name: &str) -> Result<&'a Spec> {
+    gates
+        .iter()
+        .find(|g| g.name == name)
+        .with_context(|| format!("no gate `{name}` in gates/ (see `polykv-forge gate list`)"))
+}
+
+fn results_dir(project: &Project) -> PathBuf {
+    project.root.join("build").join("gates")
+}
+
+#[derive(Serialize)]
+pub struct ListRow {
+    pub name: String,
+    pub description: String,
+    pub variant: &'static str,
+    pub models: Vec<String>,
+    pub benchmark: bool,
+    pub manual: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(transparent)]
+pub struct List(pub Vec<ListRow>);
+
+pub fn list(project: &Project) -> Result<List> {
+    Ok(List(
+        load(project)?
+            .into_iter()
+            .map(|g| ListRow {
+                variant: g.variant.name(),
+                name: g.name,
+                description: g.description,
+                models: g.models,
+                benchmark: g.benchmark,
+                manual: g.manual,
+            })
+            .collect(),
+    ))
+}
+
+impl Report for List {
+    fn human(&self) -> String {
+        self.0
+            .iter()
+            .map(|r| {
+                format!(
+                    "{:<14} [{}{}{}] {}",
+                    r.name,
+                    r.variant,
+                    if r.benchmark { ", benchmark" } else { "" },
+                    if r.manual.is_some() { ", manual" } else { "" },
+                    r.description
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// One gate's baseline, committed from its latest result.
+#[derive(Serialize)]
+pub struct Committed {
+    pub gate: String,
+    pub file: String,
+    pub tree: String,
+    pub rows: usize,
+    pub figures: usize,
+    /// The stored result judged again against the committed floors.
+    pub status: Status,
+}
+
+#[derive(Serialize)]
+#[serde(transparent)]
+pub struct Baselines(pub Vec<Committed>);
+
+pub fn baseline(project: &Project, names: &[String]) -> Result<Baselines> {
+    let gates = load(project)?;
+    let chain_tree = project.chain_tree()?;
+    let results = results_dir(project);
+    let mut committed = Vec::new();
+    for name in names {
+        let spec = find(&gates, name)?;
+        let r = crate::gate::report::load_latest(&results, name)?.with_context(|| {
+            format!("no result of gate {name}: run `polykv-forge gate run {name}` first")
+        })?;
+        let (out, b) = crate::gate::baseline::commit(
+            &project.root.join("gates"),
+            &spec.baseline,
+            &r,
+            &chain_tree,
+        )?;
+        // The stored result failed only where floors were missing or moved
+        // on purpose: judged again against the committed ones.
+        let r = project.rejudge(spec, r, &b)?;
+        committed.push(Committed {
+            gate: name.clone(),
+            file: out.display().to_string(),
+            tree: b.tree.clone(),
+            rows: b.rows.len(),
+            figures: spec.baseline.len(),
+            status: r.status,
+        });
+    }
+    Ok(Baselines(committed))
+}
+
+impl Report for Baselines {
+    fn human(&self) -> String {
+        self.0
+            .iter()
+            .map(|c| {
+                format!(
+                    "gate baseline: {} row(s) of {} ({} figure(s) held) from applied tree {} → {}\ngate baseline: the stored result of {}, judged against it: {}",
+                    c.rows,
+                    c.gate,
+                    c.figures,
+                    short(&c.tree),
+                    c.file,
+                    c.gate,
+                    if c.status == Status::Passed { "passed" } else { "failed" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+#[derive(Serialize)]
+pub struct Rendered {
+    pub chain_tree: String,
+    pub stale: Vec<String>,
+    pub results: Vec<GateResult>,
+}
+
+pub fn report(project: &Project, allow_stale: bool) -> Result<Rendered> {
+    let dir = results_dir(project);
+    let mut results = Vec::new();
+    for g in load(project)? {
+        results.extend(crate::gate::report::load_latest(&dir, &g.name)?);
+    }
+    if results.is_empty() {
+        anyhow::bail!(
+            "no gate results in {}; run `polykv-forge gate run --all` first",
+            dir.display()
+        );
+    }
+    let chain_tree = project.chain_tree()?;
+    let stale = crate::gate::report::stale(&results, &chain_tree);
+    if !stale.is_empty() && !allow_stale {
+        anyhow::bail!(CheckFailed {
+            summary: format!(
+                "gate report: {} result(s) were measured on another applied tree than the chain's {}: {}; run them again (`polykv-forge gate run NAME`), or pass --allow-stale to render them marked stale",
+                stale.len(),
+                short(&chain_tree),
+                stale
+                    .iter()
+                    .map(|r| format!("{} (tree {})", r.gate, short(r.tree.as_deref().unwrap_or(""))))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    let stale = stale.iter().map(|r| r.gate.clone()).collect();
+    Ok(Rendered {
+        chain_tree,
+        stale,
+        results,
+    })
+}
+
+impl Report for Rendered {
+    fn human(&self) -> String {
+        crate::gate::report::markdown(&self.results, &self.chain_tree)
+            .trim_end()
+            .to_string()
+    }
+}
+
+pub struct RunArgs<'a> {
+    pub names: &'a [String],
+    pub all: bool,
+    pub require_all: bool,
+    pub workdir: Option<&'a Path>,
+}
+
+/// What a run tells as it goes (a person sees each gate as it finishes).
+pub enum Event<'a> {
+    /// A manual gate `--all` leaves out, and why.
+    Left {
+        gate: &'a str,
+        why: &'a str,
+    },
+    Done(&'a GateResult),
+}
+
+#[derive(Serialize)]
+#[serde(transparent)]
+pub struct Ran {
+    pub results: Vec<GateResult>,
+    #[serde(skip)]
+    require_all: bool,
+}
+
+impl Ran {
+    fn count(&self, s: Status) -> usize {
+        self.results.iter().filter(|r| r.status == s).count()
+    }
+}
+
+pub fn run(project: &Project, a: &RunArgs, mut on: impl FnMut(Event)) -> Result<Ran> {
+    if a.names.is_empty() && !a.all {
+        anyhow::bail!("name the gates to run, or pass --all (see `polykv-forge gate list`)");
+    }
+    let gates = load(project)?;
+    let chosen: Vec<&Spec> = if a.all {
+        gates.iter().collect()
+    } else {
+        a.names
+            .iter()
+            .map(|n| find(&gates, n))
+            .collect::<Result<_>>()?
+    };
+    let dir = super::dir_or(a.workdir, project.default_workdir())?;
+    let mut results = Vec::new();
+    for spec in chosen {
+        if let (true, Some(why)) = (a.all, &spec.manual) {
+            // Not a result: its last real run (if any) stays in build/gates/.
+            on(Event::Left {
+                gate: &spec.name,
+                why,
+            });
+            continue;
+        }
+        // --all runs the CI set: a gate's manual rows only when it is named.
+        let spec = if a.all {
+            spec.without_manual_rows()
+        } else {
+            spec.clone()
+        };
+        let r = project.run_gate(&spec, &dir)?;
+        on(Event::Done(&r));
+        results.push(r);
+    }
+    Ok(Ran {
+        results,
+        require_all: a.require_all,
+    })
+}
+
+/// A gate's result as a person reads it: status line and table.
+pub fn human_result(r: &GateResult) -> String {
+    match r.status {
+        Status::Skipped => format!(
+            "gate {}: skipped: {}\n",
+            r.gate,
+            r.reason.as_deref().unwrap_or("")
+        ),
+        s => {
+            let mut out = format!(
+                "gate {}: {} ({:.0}s){}",
+                r.gate,
+                if s == Status::Passed {
+                    "passed"
+                } else {
+                    "FAILED"
+                },
+                r.seconds,
+                r.reason
+                    .as_deref()
+                    .map(|x| format!(" — {x}"))
+                    .unwrap_or_default()
+            );
+            if !r.rows.is_empty() {
+                // Writing into a String cannot fail.
+                let _ = write!(out, "\n{}", crate::gate::report::table(r));
+            }
+            out.push('\n');
+            out
+        }
+    }
+}
+
+/// The line a person reads for a manual gate `--all` left out.
+pub fn human_left(gate: &str, why: &str) -> String {
+    format!(
+        "gate {gate}: not run by --all (manual: {why}); run it with `polykv-forge gate run {gate}`"
+    )
+}
+
+impl Report for Ran {
+    /// The summary line (each gate was shown as it finished).
+    fn human(&self) -> String {
+        let failed = self.count(Status::Failed);
+        let skipped = self.count(Status::Skipped);
+        let passed = self.results.len() - failed - skipped;
+        format!("gates: {passed} passed, {failed} failed, {skipped} skipped")
+    }
+
+    fn exit_code(&self) -> i32 {
+        let failed = self.count(Status::Failed);
+        let skipped = self.count(Status::Skipped);
+        if failed > 0 || (self.require_all && skipped > 0) {
+            1
+        } else {
+            0
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! Commands as modules: each takes resolved settings and returns a typed
+//! report that the printer shows as text or as JSON. `cli` only parses,
+//! resolves the project once, dispatches and prints. (Moved so far: the
+//! chain's commands; build, gate, gen, model, rebase and toolkit still run
+//! inside `cli`, #17.)
+
+use serde::Serialize;
+
+pub mod apply;
+pub mod build;
+pub mod edit;
+pub mod export;
+pub mod gate;
+pub mod gen;
+pub mod model;
+pub mod rebase;
+pub mod status;
+pub mod toolkit;
+pub mod vendor;
+pub mod verify;
+
+/// What a command hands back to be printed.
+pub trait Report: Serialize {
+    /// The text a person reads (printed on stdout without `--json`).
+    fn human(&self) -> String;
+
+    /// 0, or 1 when the command's check failed (its report still printed).
+    fn exit_code(&self) -> i32 {
+        0
+    }
+}
+
+/// Where a user-given directory resolves to, else the default.
+pub fn dir_or(
+    given: Option<&std::path::Path>,
+    default: std::path::PathBuf,
+) -> anyhow::Result<std::path::PathBuf> {
+    match given {
+        Some(d) => crate::fsx::absolute(d),
+        None => Ok(default),
+    }
+}
+
+/// The first 12 characters of an id.
+pub fn short(id: &str) -> &str {
+    crate::show::prefix(id, 12)
+}

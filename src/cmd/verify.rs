@@ -1,0 +1,86 @@
+//! `verify`: prove the chain (strict apply, lock, reverse, re-export,
+//! ownership, markers, generated files).
+
+use anyhow::Result;
+use serde::Serialize;
+use std::fmt::Write;
+use std::time::Instant;
+
+use super::{short, Report};
+use crate::chain;
+use crate::project::Project;
+
+#[derive(Serialize)]
+pub struct Verified {
+    pub ok: bool,
+    pub pin: crate::manifest::Upstream,
+    pub source: String,
+    #[serde(flatten)]
+    pub report: chain::verify::Report,
+    pub seconds: f64,
+}
+
+pub fn run(project: &Project, source: Option<&str>) -> Result<Verified> {
+    let t = Instant::now();
+    let store = project.store()?;
+    let (base, b) = project.base(&store, source, false)?;
+    let series = project.series()?;
+    let report = chain::verify::run(&store.repo, base, &series.patches, &project.patches_dir)?;
+    Ok(Verified {
+        ok: report.ok,
+        pin: project.manifest.upstream.clone(),
+        source: b.source.clone(),
+        report,
+        seconds: t.elapsed().as_secs_f64(),
+    })
+}
+
+impl Report for Verified {
+    fn human(&self) -> String {
+        let (u, r) = (&self.pin, &self.report);
+        let mut s = String::new();
+        // Writing into a String cannot fail.
+        let _ = writeln!(
+            s,
+            "pin     {} {} commit {} tree {}",
+            u.name,
+            u.release.as_deref().unwrap_or(""),
+            short(&u.commit),
+            r.base_tree
+        );
+        let _ = writeln!(s, "source  {}", self.source);
+        let _ = writeln!(s, "chain   {} patch(es)", r.patches.len());
+        for c in &r.checks {
+            let tag = match (&c.skipped, c.ok) {
+                (Some(_), _) => "skip",
+                (None, true) => "ok",
+                (None, false) => "FAIL",
+            };
+            let _ = writeln!(s, "  {tag:<5} {}", c.name());
+            if let Some(why) = &c.skipped {
+                let _ = writeln!(s, "        skipped: {why}");
+            }
+            for p in &c.problems {
+                for (i, line) in p.lines().enumerate() {
+                    let _ = writeln!(s, "        {}{line}", if i == 0 { "- " } else { "  " });
+                }
+            }
+        }
+        let _ = write!(
+            s,
+            "verify: {} — final tree {} ({:.2}s)",
+            if r.ok { "ok" } else { "FAILED" },
+            r.final_tree.as_deref().unwrap_or("-"),
+            self.seconds
+        );
+        s
+    }
+
+    fn exit_code(&self) -> i32 {
+        if self.ok {
+            0
+        } else {
+            1
+        }
+    }
+}
