@@ -14,8 +14,19 @@ pub fn json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a command hands back to be printed.
+pub trait Report: Serialize {
+    /// The text a person reads (printed on stdout without `--json`).
+    fn human(&self) -> String;
+
+    /// 0, or 1 when the command's check failed (its report still printed).
+    fn exit_code(&self) -> i32 {
+        0
+    }
+}
+
 /// Prints a command's report (JSON or its text) and returns its exit code.
-pub fn report<R: crate::cmd::Report>(r: &R, as_json: bool) -> anyhow::Result<i32> {
+pub fn report<R: Report>(r: &R, as_json: bool) -> anyhow::Result<i32> {
     if as_json {
         json(r)?;
     } else {

@@ -1,6 +1,8 @@
 //! `verify`: every proof the chain owes, run on the pristine base: strict
-//! apply, lock, reverse, canonical re-export, ownership, markers, and the
-//! generated files against their generators.
+//! apply, lock, reverse, canonical re-export, ownership, markers — the
+//! chain's own checks — and the checks other modules register (the
+//! generated files against their generators, from `gen`), so the chain
+//! imports nothing above it.
 
 use anyhow::Result;
 use git2::{Oid, Repository};
@@ -35,6 +37,31 @@ impl CheckId {
             CheckId::Generated => "generated",
         }
     }
+}
+
+/// What a registered check sees: the chain applied to the base.
+pub struct Ctx<'a> {
+    pub repo: &'a Repository,
+    pub base: Oid,
+    pub patches: &'a [PatchFile],
+    /// The tree after each patch (the chain applied).
+    pub trees: &'a [Oid],
+    /// `patches/`.
+    pub dir: &'a Path,
+}
+
+impl Ctx<'_> {
+    /// The tree the chain ends at.
+    pub fn final_tree(&self) -> Oid {
+        self.trees.last().copied().unwrap_or(self.base)
+    }
+}
+
+/// A check another module registers with verify; it runs once the chain
+/// applies (skipped otherwise) and returns its problems.
+pub trait Registered {
+    fn id(&self) -> CheckId;
+    fn run(&self, ctx: &Ctx) -> Result<Vec<String>>;
 }
 
 #[derive(Debug, Serialize)]
@@ -96,8 +123,15 @@ fn skipped(id: CheckId, why: &str) -> Check {
     }
 }
 
-/// Runs every check. `dir` is `patches/` (for the lock and the policy files).
-pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> Result<Report> {
+/// Runs the chain's checks and the `registered` ones. `dir` is `patches/`
+/// (for the lock and the policy files).
+pub fn run(
+    repo: &Repository,
+    base: Oid,
+    patches: &[PatchFile],
+    dir: &Path,
+    registered: &[&dyn Registered],
+) -> Result<Report> {
     let mut checks = Vec::new();
     // 1. Strict forward apply.
     let mut trees: Vec<Oid> = Vec::new();
@@ -139,13 +173,13 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
     checks.push(check(CheckId::Lock, lock_problems));
 
     if !applied {
-        for id in [
+        let ids = [
             CheckId::Reverse,
             CheckId::Export,
             CheckId::Ownership,
             CheckId::Markers,
-            CheckId::Generated,
-        ] {
+        ];
+        for id in ids.into_iter().chain(registered.iter().map(|r| r.id())) {
             checks.push(skipped(id, "the chain does not apply"));
         }
     } else {
@@ -211,13 +245,18 @@ pub fn run(repo: &Repository, base: Oid, patches: &[PatchFile], dir: &Path) -> R
             mk.unwrap_or_else(|e| vec![format!("{e:#}")]),
         ));
 
-        // 7. Generated files: byte-identical to what `polykv-forge gen` writes.
-        let final_tree = trees.last().copied().unwrap_or(base);
-        let gen = crate::gen::outputs(dir).and_then(|o| crate::gen::check(repo, final_tree, &o));
-        checks.push(check(
-            CheckId::Generated,
-            gen.unwrap_or_else(|e| vec![format!("{e:#}")]),
-        ));
+        // 7. The registered checks (the generated files, from `gen`).
+        let ctx = Ctx {
+            repo,
+            base,
+            patches,
+            trees: &trees,
+            dir,
+        };
+        for r in registered {
+            let problems = r.run(&ctx).unwrap_or_else(|e| vec![format!("{e:#}")]);
+            checks.push(check(r.id(), problems));
+        }
     }
 
     let ok = checks.iter().all(|c| c.ok);

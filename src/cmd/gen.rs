@@ -24,8 +24,13 @@ pub fn check(project: &Project, source: Option<&str>) -> Result<Checked> {
     let store = project.store()?;
     let (base, _) = project.base(&store, source, false)?;
     let series = project.series()?;
-    let report =
-        crate::chain::verify::run(&store.repo, base, &series.patches, &project.patches_dir)?;
+    let report = crate::chain::verify::run(
+        &store.repo,
+        base,
+        &series.patches,
+        &project.patches_dir,
+        &crate::gen::checks(),
+    )?;
     let problems: Vec<String> = [CheckId::Apply, CheckId::Generated]
         .into_iter()
         .filter_map(|id| report.get(id))

@@ -4,8 +4,6 @@
 //! chain's commands; build, gate, gen, model, rebase and toolkit still run
 //! inside `cli`, #17.)
 
-use serde::Serialize;
-
 pub mod apply;
 pub mod build;
 pub mod edit;
@@ -19,16 +17,7 @@ pub mod toolkit;
 pub mod vendor;
 pub mod verify;
 
-/// What a command hands back to be printed.
-pub trait Report: Serialize {
-    /// The text a person reads (printed on stdout without `--json`).
-    fn human(&self) -> String;
-
-    /// 0, or 1 when the command's check failed (its report still printed).
-    fn exit_code(&self) -> i32 {
-        0
-    }
-}
+pub use crate::printer::Report;
 
 /// Where a user-given directory resolves to, else the default.
 pub fn dir_or(

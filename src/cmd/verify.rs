@@ -25,7 +25,13 @@ pub fn run(project: &Project, source: Option<&str>) -> Result<Verified> {
     let store = project.store()?;
     let (base, b) = project.base(&store, source, false)?;
     let series = project.series()?;
-    let report = chain::verify::run(&store.repo, base, &series.patches, &project.patches_dir)?;
+    let report = chain::verify::run(
+        &store.repo,
+        base,
+        &series.patches,
+        &project.patches_dir,
+        &crate::gen::checks(),
+    )?;
     Ok(Verified {
         ok: report.ok,
         pin: project.manifest.upstream.clone(),

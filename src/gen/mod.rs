@@ -190,6 +190,25 @@ pub fn outputs(patches_dir: &Path) -> Result<Vec<Output>> {
 }
 
 /// Problems with the generated files in `tree` (the final tree of the chain).
+/// The check `gen` registers with verify: the generated files in the
+/// chain's final tree are byte-identical to what `gen` writes.
+pub struct GeneratedCheck;
+
+impl crate::chain::verify::Registered for GeneratedCheck {
+    fn id(&self) -> crate::chain::verify::CheckId {
+        crate::chain::verify::CheckId::Generated
+    }
+
+    fn run(&self, ctx: &crate::chain::verify::Ctx) -> Result<Vec<String>> {
+        check(ctx.repo, ctx.final_tree(), &outputs(ctx.dir)?)
+    }
+}
+
+/// The checks `gen` registers with verify.
+pub fn checks() -> Vec<&'static dyn crate::chain::verify::Registered> {
+    vec![&GeneratedCheck]
+}
+
 pub fn check(repo: &Repository, tree: Oid, outputs: &[Output]) -> Result<Vec<String>> {
     let tree = repo.find_tree(tree)?;
     let mut problems = Vec::new();
