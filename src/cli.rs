@@ -273,6 +273,23 @@ fn emit<R: cmd::Report>(r: &R, json: bool) -> Result<i32> {
     crate::printer::report(r, json)
 }
 
+impl Cmd {
+    /// Whether the command writes the project (patches/, the manifest, the
+    /// workdir or a stack); read-only commands never touch it.
+    fn writes_project(&self) -> bool {
+        match self {
+            Cmd::Apply { dry_run, .. }
+            | Cmd::Export { dry_run, .. }
+            | Cmd::Rebase { dry_run, .. } => !dry_run,
+            Cmd::Edit { .. } => true,
+            Cmd::Gen {
+                cmd: None, check, ..
+            } => !check,
+            _ => false,
+        }
+    }
+}
+
 /// Runs the CLI; returns the process exit code.
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
@@ -292,6 +309,9 @@ pub fn main() -> i32 {
 fn run(cli: &Cli) -> Result<i32> {
     let json = &cli.json;
     let project = Project::resolve(cli.project.as_deref(), cli.cache.as_deref())?;
+    if cli.cmd.writes_project() {
+        project.finish_pending()?;
+    }
     match &cli.cmd {
         Cmd::Vendor { src, refresh } => emit(
             &cmd::vendor::run(&project, src.source.as_deref(), *refresh)?,

@@ -349,6 +349,12 @@ pub const PENDING_MANIFEST: &str = ".pending-vendor-manifest.toml";
 /// Finishes a series write that was interrupted between its two renames:
 /// the patches are in place, the manifest that goes with them is beside
 /// them. Rolls forward. Returns whether anything was done.
+/// The new manifest an interrupted series write left in patches/, if any.
+pub fn pending_manifest(root: &Path) -> Option<PathBuf> {
+    let p = root.join("patches").join(PENDING_MANIFEST);
+    p.exists().then_some(p)
+}
+
 pub fn finish_pending(root: &Path) -> Result<bool> {
     let pending = root.join("patches").join(PENDING_MANIFEST);
     if !pending.exists() {

@@ -27,14 +27,33 @@ impl Project {
             Some(p) => crate::fsx::absolute(p)?,
             None => find_root()?,
         };
-        edit::finish_pending(&root)?;
-        let manifest = Manifest::load(&root.join(crate::manifest::FILE_NAME))?;
+        // A series write interrupted between its two renames left the new
+        // pin inside patches/: it belongs to the patches there, so it is the
+        // manifest read; only a command that writes moves it into place
+        // (`finish_pending`), so read-only commands change nothing.
+        let pending = edit::pending_manifest(&root);
+        let manifest = match &pending {
+            Some(p) => {
+                crate::progress::note(
+                    "patches/ holds an interrupted series write (a new pin): read as written; the next apply, edit, export, gen or rebase finishes it",
+                );
+                Manifest::load(p)?
+            }
+            None => Manifest::load(&root.join(crate::manifest::FILE_NAME))?,
+        };
         Ok(Project {
             patches_dir: root.join("patches"),
             root,
             manifest,
             cache: cache.map(Path::to_path_buf),
         })
+    }
+
+    /// Rolls an interrupted series write forward (the new manifest into
+    /// place); called by the commands that write, before they do.
+    pub fn finish_pending(&self) -> Result<()> {
+        edit::finish_pending(&self.root)?;
+        Ok(())
     }
 
     /// Reads a pin file (vendor-manifest.toml's form); returns it and its text.

@@ -242,10 +242,28 @@ fn an_interrupted_rebase_leaves_the_repository_as_before_or_rolls_forward() {
         assert_eq!((manifest(&fx), fx.patches_snapshot()), before, "{point}");
         fx.ok(&["verify"]);
     }
-    // Killed between the two renames: the next command rolls forward.
+    // Killed between the two renames: read-only commands read the new pin
+    // as written and change nothing; the next command that writes rolls it
+    // forward.
     fx.kill_at(&args, "series-after-swap");
     let out = fx.run(&["verify"]);
-    assert_eq!(out.code, 0, "{}", out.dump("verify after roll-forward"));
+    assert_eq!(out.code, 0, "{}", out.dump("verify with a pending write"));
+    assert!(
+        out.stderr.contains("interrupted series write"),
+        "{}",
+        out.stderr
+    );
+    assert!(!manifest(&fx).contains(&tree), "verify moved the manifest");
+    let st: serde_json::Value = serde_json::from_str(&fx.ok(&["status", "--json"])).unwrap();
+    assert_eq!(st["pin"]["tree"], tree.as_str());
+    assert!(!manifest(&fx).contains(&tree), "status moved the manifest");
+    fx.ok(&["apply", "--dry-run"]);
+    assert!(
+        !manifest(&fx).contains(&tree),
+        "a dry run moved the manifest"
+    );
+    let out = fx.run(&["apply"]);
+    assert_eq!(out.code, 0, "{}", out.dump("apply after the pending write"));
     assert!(
         out.stderr.contains("finished an interrupted series write"),
         "{}",
