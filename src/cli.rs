@@ -81,6 +81,9 @@ enum Cmd {
         /// Replace an existing stack (its unexported changes are lost).
         #[arg(long)]
         force: bool,
+        /// Check that the chain applies and say what would be created; write nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         src: SourceArgs,
     },
@@ -153,6 +156,9 @@ enum Cmd {
         /// The edit stack to write into (default: work/edit in the project).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// Say which generated files would change; write nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         src: SourceArgs,
     },
@@ -214,6 +220,9 @@ enum GateCmd {
     Baseline {
         #[arg(required = true)]
         names: Vec<String>,
+        /// Say what would be committed; write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Markdown tables of the latest results in build/gates/ (for docs/ and closing notes).
     /// Results measured on another applied tree than the chain's are refused (exit 1).
@@ -339,8 +348,19 @@ fn run(cli: &Cli) -> Result<i32> {
             *json,
         ),
         Cmd::Verify { src } => emit(&cmd::verify::run(&project, src.source.as_deref())?, *json),
-        Cmd::Edit { dir, force, src } => emit(
-            &cmd::edit::run(&project, dir.as_deref(), *force, src.source.as_deref())?,
+        Cmd::Edit {
+            dir,
+            force,
+            dry_run,
+            src,
+        } => emit(
+            &cmd::edit::run(
+                &project,
+                dir.as_deref(),
+                *force,
+                *dry_run,
+                src.source.as_deref(),
+            )?,
             *json,
         ),
         Cmd::Export {
@@ -395,7 +415,9 @@ fn run(cli: &Cli) -> Result<i32> {
         }
         Cmd::Gate { cmd } => match cmd {
             GateCmd::List {} => emit(&cmd::gate::list(&project)?, *json),
-            GateCmd::Baseline { names } => emit(&cmd::gate::baseline(&project, names)?, *json),
+            GateCmd::Baseline { names, dry_run } => {
+                emit(&cmd::gate::baseline(&project, names, *dry_run)?, *json)
+            }
             GateCmd::Report { allow_stale } => {
                 emit(&cmd::gate::report(&project, *allow_stale)?, *json)
             }
@@ -431,12 +453,13 @@ fn run(cli: &Cli) -> Result<i32> {
             cmd: None,
             check,
             dir,
+            dry_run,
             src,
         } => {
             if *check {
                 return emit(&cmd::gen::check(&project, src.source.as_deref())?, *json);
             }
-            emit(&cmd::gen::write(&project, dir.as_deref())?, *json)
+            emit(&cmd::gen::write(&project, dir.as_deref(), *dry_run)?, *json)
         }
         Cmd::Gen { cmd: Some(cmd), .. } => match cmd {
             GenCmd::Codebooks {

@@ -52,9 +52,11 @@ fn parse_message(msg: &str) -> (String, Option<String>) {
 #[derive(Debug, Serialize)]
 pub struct EditReport {
     pub dir: String,
-    pub base_commit: String,
-    pub head: String,
+    /// The stack's commits (none in a dry run).
+    pub base_commit: Option<String>,
+    pub head: Option<String>,
     pub patches: usize,
+    pub dry_run: bool,
 }
 
 /// Materialises the stack in `dir` (which must not exist or be empty).
@@ -65,6 +67,7 @@ pub fn edit(
     s: &Series,
     dir: &Path,
     force: bool,
+    dry_run: bool,
 ) -> Result<EditReport> {
     let replace = dir.exists()
         && !std::fs::read_dir(dir)
@@ -79,6 +82,15 @@ pub fn edit(
     // The chain must apply before anything existing is touched: a failing
     // `edit --force` leaves the old stack as it was.
     let trees = apply::forward(store_repo, base, &s.patches)?;
+    if dry_run {
+        return Ok(EditReport {
+            dir: dir.display().to_string(),
+            base_commit: None,
+            head: None,
+            patches: s.patches.len(),
+            dry_run,
+        });
+    }
     // Build in a sibling, move into place: never a half-made stack.
     let staging = fsx::sibling(dir, "edit-staging");
     fsx::remove_dir_all_if_exists(&staging)?;
@@ -138,9 +150,10 @@ pub fn edit(
     fsx::remove_dir_all_if_exists(&old)?;
     Ok(EditReport {
         dir: dir.display().to_string(),
-        base_commit: base_commit.to_string(),
-        head: parent.to_string(),
+        base_commit: Some(base_commit.to_string()),
+        head: Some(parent.to_string()),
         patches: s.patches.len(),
+        dry_run,
     })
 }
 

@@ -259,8 +259,19 @@ fn generated_files_are_checked_against_their_generator() {
     assert!(out.contains("missing from the patched tree"), "{out}");
     fx.fails(&["verify"], 1);
 
+    // A dry run of edit checks the chain and writes no stack; gen's writes nothing.
+    std::fs::remove_dir_all(fx.stack()).ok();
+    let out = fx.ok(&["edit", "--dry-run"]);
+    assert!(out.contains("would create"), "{out}");
+    assert!(!fx.stack().exists(), "edit --dry-run wrote a stack");
     // gen writes into the stack; committed as patch 0002 it verifies.
     fx.ok(&["edit", "--force"]);
+    let out = fx.ok(&["gen", "--dry-run"]);
+    assert!(out.contains("would write"), "{out}");
+    assert!(
+        !fx.stack().join("src/turbo-tables.h").exists(),
+        "gen --dry-run wrote"
+    );
     let out = fx.ok(&["gen"]);
     assert!(out.contains("wrote"), "{out}");
     let stack = fx.stack();

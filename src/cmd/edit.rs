@@ -11,6 +11,7 @@ pub fn run(
     project: &Project,
     dir: Option<&Path>,
     force: bool,
+    dry_run: bool,
     source: Option<&str>,
 ) -> Result<EditReport> {
     let store = project.store()?;
@@ -24,17 +25,26 @@ pub fn run(
         &series,
         &dir,
         force,
+        dry_run,
     )
 }
 
 impl Report for EditReport {
     fn human(&self) -> String {
+        if self.dry_run {
+            return format!(
+                "edit: would create {} patch(es) as commits on branch `{}` in {} (the chain applies); nothing written",
+                self.patches,
+                edit::BRANCH,
+                self.dir
+            );
+        }
         format!(
             "edit: {} patch(es) as commits on branch `{}` in {} (base commit {})\n  change them with git (commit --amend, rebase -i, new commits), then run `polykv-forge export`",
             self.patches,
             edit::BRANCH,
             self.dir,
-            short(&self.base_commit)
+            short(self.base_commit.as_deref().unwrap_or(""))
         )
     }
 }

@@ -92,10 +92,12 @@ pub struct Committed {
 }
 
 #[derive(Serialize)]
-#[serde(transparent)]
-pub struct Baselines(pub Vec<Committed>);
+pub struct Baselines {
+    pub committed: Vec<Committed>,
+    pub dry_run: bool,
+}
 
-pub fn baseline(project: &Project, names: &[String]) -> Result<Baselines> {
+pub fn baseline(project: &Project, names: &[String], dry_run: bool) -> Result<Baselines> {
     let gates = load(project)?;
     let chain_tree = project.chain_tree()?;
     let results = results_dir(project);
@@ -110,6 +112,7 @@ pub fn baseline(project: &Project, names: &[String]) -> Result<Baselines> {
             &spec.baseline,
             &r,
             &chain_tree,
+            dry_run,
         )?;
         // The stored result failed only where floors were missing or moved
         // on purpose: judged again against the committed ones.
@@ -123,16 +126,21 @@ pub fn baseline(project: &Project, names: &[String]) -> Result<Baselines> {
             status: r.status,
         });
     }
-    Ok(Baselines(committed))
+    Ok(Baselines { committed, dry_run })
 }
 
 impl Report for Baselines {
     fn human(&self) -> String {
-        self.0
+        let verb = if self.dry_run {
+            "would commit"
+        } else {
+            "committed"
+        };
+        self.committed
             .iter()
             .map(|c| {
                 format!(
-                    "gate baseline: {} row(s) of {} ({} figure(s) held) from applied tree {} → {}\ngate baseline: the stored result of {}, judged against it: {}",
+                    "gate baseline: {verb} {} row(s) of {} ({} figure(s) held) from applied tree {} → {}\ngate baseline: the stored result of {}, judged against it: {}",
                     c.rows,
                     c.gate,
                     c.figures,

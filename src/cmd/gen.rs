@@ -81,15 +81,18 @@ pub struct Wrote {
     pub written: Vec<crate::gen::Written>,
     #[serde(skip)]
     stack: String,
+    #[serde(skip)]
+    dry_run: bool,
 }
 
 /// `gen`: writes the generated files into the stack in `dir` (default work/edit).
-pub fn write(project: &Project, dir: Option<&Path>) -> Result<Wrote> {
+pub fn write(project: &Project, dir: Option<&Path>, dry_run: bool) -> Result<Wrote> {
     let outputs = crate::gen::outputs(&project.patches_dir)?;
     let stack = super::dir_or(dir, project.root.join("work").join("edit"))?;
     Ok(Wrote {
-        written: crate::gen::write(&stack, &outputs)?,
+        written: crate::gen::write(&stack, &outputs, dry_run)?,
         stack: stack.display().to_string(),
+        dry_run,
     })
 }
 
@@ -101,13 +104,17 @@ impl Report for Wrote {
             .map(|w| {
                 format!(
                     "  {} {} ({})",
-                    if w.changed { "wrote    " } else { "unchanged" },
+                    match (w.changed, self.dry_run) {
+                        (true, false) => "wrote    ",
+                        (true, true) => "would write",
+                        (false, _) => "unchanged",
+                    },
                     w.path,
                     w.generator
                 )
             })
             .collect();
-        if self.written.iter().any(|w| w.changed) {
+        if self.written.iter().any(|w| w.changed) && !self.dry_run {
             lines.push(format!(
                 "gen: commit the changes in {} (in the patch that owns them), then run `polykv-forge export`",
                 self.stack

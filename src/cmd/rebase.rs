@@ -71,6 +71,7 @@ pub fn run(project: &Project, a: &Args) -> Result<Rebased> {
             &stack,
             &dir,
             false,
+            false,
         )?;
         conflicts = Some((dir.display().to_string(), a.to.display().to_string()));
     }

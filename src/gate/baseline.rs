@@ -165,6 +165,7 @@ pub fn commit(
     holds: &BTreeMap<String, Hold>,
     r: &GateResult,
     chain_tree: &str,
+    dry_run: bool,
 ) -> Result<(PathBuf, Baseline)> {
     if r.tree.as_deref() != Some(chain_tree) {
         bail!(
@@ -176,9 +177,11 @@ pub fn commit(
     }
     let b = from_result(holds, r)?;
     let out = path(gates_dir, &r.gate);
-    let mut text = serde_json::to_string_pretty(&b)?;
-    text.push('\n');
-    crate::fsx::write_atomic(&out, text.as_bytes())?;
+    if !dry_run {
+        let mut text = serde_json::to_string_pretty(&b)?;
+        text.push('\n');
+        crate::fsx::write_atomic(&out, text.as_bytes())?;
+    }
     Ok((out, b))
 }
 

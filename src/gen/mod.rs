@@ -270,7 +270,9 @@ pub struct Written {
 }
 
 /// Writes every output into the edit stack's worktree (atomically per file).
-pub fn write(stack: &Path, outputs: &[Output]) -> Result<Vec<Written>> {
+/// Writes the generated files into the stack (with `dry_run`, only says
+/// which would change).
+pub fn write(stack: &Path, outputs: &[Output], dry_run: bool) -> Result<Vec<Written>> {
     if !stack.join(".git").exists() {
         bail!(
             "no edit stack at {}; run `polykv-forge edit` first (generated files travel in a patch)",
@@ -286,7 +288,7 @@ pub fn write(stack: &Path, outputs: &[Output]) -> Result<Vec<Written>> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => return Err(e).with_context(|| format!("reading {}", dest.display())),
         };
-        if changed {
+        if changed && !dry_run {
             if let Some(parent) = dest.parent() {
                 crate::fsx::create_dir_all(parent)?;
             }
