@@ -5,11 +5,27 @@
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 use crate::error::CheckFailed;
 use crate::fsx;
+
+pub mod host;
+pub mod ninja;
+pub mod plan;
+
+pub use host::{find_nvcc, Host};
+use ninja::{last_error, ninja_argv, ninja_progress, ninja_targets, resolve_targets};
+
+/// The plan for `req` on this machine (its facts probed now).
+pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
+    plan::plan(
+        root,
+        applied,
+        req,
+        &Host::probe(req.variant, &req.cache_root),
+    )
+}
 
 pub const MANIFEST: &str = "forge-manifest.json";
 /// Bumped when what a manifest records changes; older manifests are rebuilt.
@@ -132,226 +148,6 @@ pub struct BuildManifest {
 /// user's shell to expand).
 pub fn show_command(argv: &[String]) -> String {
     crate::proc::show(argv)
-}
-
-fn tool_version(program: &str, arg: &str) -> Option<String> {
-    let out = crate::proc::Cmd::new(program).arg(arg).probe().ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    Some(text.trim().to_string())
-}
-
-/// The CUDA toolkit: `CUDA_HOME`, else nvcc on PATH, else the one
-/// `polykv-forge toolkit cuda` installed into the cache.
-pub fn find_nvcc(cache_root: &Path) -> Option<PathBuf> {
-    if let Some(home) = std::env::var_os("CUDA_HOME").or_else(|| std::env::var_os("CUDA_PATH")) {
-        let p = Path::new(&home).join("bin/nvcc");
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    which("nvcc").or_else(|| {
-        crate::toolkit::cached_cuda_home(cache_root)
-            .map(|h| h.join("bin/nvcc"))
-            .filter(|p| p.is_file())
-    })
-}
-
-fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(program))
-            .find(|p| p.is_file())
-    })
-}
-
-/// Architectures nvcc can build for, newest two of the common ones (e.g. `80;90`).
-fn default_cuda_arch(nvcc: Option<&Path>) -> String {
-    let listed = nvcc
-        .and_then(|n| tool_version(&n.display().to_string(), "--list-gpu-arch"))
-        .unwrap_or_default();
-    let mut archs: Vec<&str> = ["80", "90"]
-        .into_iter()
-        .filter(|a| listed.is_empty() || listed.contains(&format!("compute_{a}")))
-        .collect();
-    if archs.is_empty() {
-        archs.push("90");
-    }
-    archs.join(";")
-}
-
-/// Resolves the request into exact commands and a cache key.
-pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
-    let build_dir = root.join("build").join(req.variant.name());
-    let mut opts: Vec<(String, String)> = vec![
-        ("CMAKE_BUILD_TYPE".into(), "Release".into()),
-        ("BUILD_SHARED_LIBS".into(), "ON".into()),
-        // Offline-safe: nothing is downloaded at configure or build time.
-        ("LLAMA_CURL".into(), "OFF".into()),
-        ("LLAMA_USE_PREBUILT_UI".into(), "OFF".into()),
-        ("LLAMA_BUILD_UI".into(), "OFF".into()),
-        ("LLAMA_BUILD_TESTS".into(), "ON".into()),
-        ("LLAMA_BUILD_TOOLS".into(), "ON".into()),
-        ("LLAMA_BUILD_SERVER".into(), "ON".into()),
-        ("LLAMA_BUILD_EXAMPLES".into(), "OFF".into()),
-        (
-            "LLAMA_BUILD_COMMIT".into(),
-            applied.commit.chars().take(7).collect(),
-        ),
-        (
-            "POLYKV_CHAIN_INFO".into(),
-            format!("tree {}, {} patch(es)", applied.tree, applied.patches),
-        ),
-    ];
-    if let Some(n) = applied.release_number {
-        opts.push(("LLAMA_BUILD_NUMBER".into(), n.to_string()));
-    }
-    let mut blocked = None;
-    let mut compilers = vec![
-        tool_version("cc", "--version")
-            .map(|v| v.lines().next().unwrap_or("").to_string())
-            .unwrap_or_else(|| "cc: not found".into()),
-        tool_version("c++", "--version")
-            .map(|v| v.lines().next().unwrap_or("").to_string())
-            .unwrap_or_else(|| "c++: not found".into()),
-    ];
-    match req.variant {
-        Variant::Cpu => {
-            opts.push(("GGML_NATIVE".into(), "ON".into()));
-            // AMX in a VM: ggml's AMX kernels died with SIGILL there (src/hostcpu.rs).
-            if let Some(flags) = crate::hostcpu::native_flags_without_vm_amx() {
-                opts.push(("CMAKE_C_FLAGS".into(), flags.into()));
-                opts.push(("CMAKE_CXX_FLAGS".into(), flags.into()));
-                compilers.push(format!(
-                    "a VM advertising AMX: built without it ({flags}; POLYKV_FORGE_AMX=on keeps it)"
-                ));
-            }
-        }
-        Variant::Cuda => {
-            let nvcc = find_nvcc(&req.cache_root);
-            let arch = req
-                .cuda_arch
-                .clone()
-                .unwrap_or_else(|| default_cuda_arch(nvcc.as_deref()));
-            opts.push(("GGML_CUDA".into(), "ON".into()));
-            opts.push(("GGML_BACKEND_DL".into(), "ON".into()));
-            // GGML_NATIVE is refused together with GGML_BACKEND_DL.
-            opts.push(("GGML_NATIVE".into(), "OFF".into()));
-            opts.push(("CMAKE_CUDA_ARCHITECTURES".into(), arch));
-            opts.push((
-                "GGML_CUDA_FA_QUANTS".into(),
-                req.fa_quants
-                    .clone()
-                    .unwrap_or_else(|| "q4_0-q4_0;q8_0-q8_0;f16-f16;bf16-bf16".into()),
-            ));
-            match &nvcc {
-                Some(n) => {
-                    opts.push(("CMAKE_CUDA_COMPILER".into(), n.display().to_string()));
-                    if let Some(home) = n.parent().and_then(|b| b.parent()) {
-                        opts.push(("CUDAToolkit_ROOT".into(), home.display().to_string()));
-                    }
-                    compilers.push(
-                        tool_version(&n.display().to_string(), "--version")
-                            .and_then(|v| v.lines().last().map(str::to_string))
-                            .unwrap_or_default(),
-                    );
-                }
-                None => {
-                    opts.push(("CMAKE_CUDA_COMPILER".into(), "$CUDA_HOME/bin/nvcc".into()));
-                    opts.push(("CUDAToolkit_ROOT".into(), "$CUDA_HOME".into()));
-                    blocked = Some(
-                        "no CUDA toolkit: nvcc is neither in $CUDA_HOME/bin nor on PATH nor in the cache (`polykv-forge toolkit cuda` installs one from PyPI; or set CUDA_HOME)"
-                            .into(),
-                    );
-                }
-            }
-        }
-        Variant::Metal => {
-            opts.push(("GGML_METAL".into(), "ON".into()));
-            opts.push(("GGML_METAL_EMBED_LIBRARY".into(), "ON".into()));
-            if !cfg!(target_os = "macos") {
-                blocked = Some(format!(
-                    "the Metal variant builds only on macOS (this machine runs {})",
-                    std::env::consts::OS
-                ));
-            }
-        }
-    }
-    if which("ccache").is_some() {
-        opts.push(("CMAKE_C_COMPILER_LAUNCHER".into(), "ccache".into()));
-        opts.push(("CMAKE_CXX_COMPILER_LAUNCHER".into(), "ccache".into()));
-        if req.variant == Variant::Cuda {
-            opts.push(("CMAKE_CUDA_COMPILER_LAUNCHER".into(), "ccache".into()));
-        }
-    }
-    if blocked.is_none() {
-        for tool in ["cmake", "ninja"] {
-            if which(tool).is_none() {
-                blocked = Some(format!(
-                    "`{tool}` is not installed (Debian: apt-get install {}; or run ci/prereqs)",
-                    if tool == "ninja" { "ninja-build" } else { tool }
-                ));
-                break;
-            }
-        }
-    }
-    let mut configure = vec![
-        "cmake".to_string(),
-        "-S".into(),
-        applied.workdir.display().to_string(),
-        "-B".into(),
-        build_dir.display().to_string(),
-        "-G".into(),
-        "Ninja".into(),
-    ];
-    configure.extend(opts.iter().map(|(k, v)| format!("-D{k}={v}")));
-    let targets = if req.targets.is_empty() {
-        DEFAULT_TARGETS.iter().map(|s| s.to_string()).collect()
-    } else {
-        req.targets.clone()
-    };
-    let mut build = vec![
-        "ninja".to_string(),
-        "-C".into(),
-        build_dir.display().to_string(),
-    ];
-    if let Some(j) = req.jobs {
-        build.push(format!("-j{j}"));
-    }
-    build.extend(targets.iter().cloned());
-
-    // The key: applied tree, variant, options (the ccache launcher aside),
-    // compilers. Targets are recorded beside it: building more targets does
-    // not make earlier artifacts stale.
-    let mut h = Sha256::new();
-    h.update(format!(
-        "tree={}\nvariant={}\n",
-        applied.tree,
-        req.variant.name()
-    ));
-    for (k, v) in &opts {
-        if !k.ends_with("_COMPILER_LAUNCHER") {
-            h.update(format!("opt {k}={v}\n"));
-        }
-    }
-    for c in &compilers {
-        h.update(format!("compiler {c}\n"));
-    }
-    Ok(Plan {
-        variant: req.variant,
-        source_dir: applied.workdir.display().to_string(),
-        build_dir: build_dir.display().to_string(),
-        configure,
-        build,
-        targets,
-        default_targets: req.targets.is_empty(),
-        key: hex::encode(h.finalize()),
-        tree: applied.tree.clone(),
-        compilers,
-        blocked,
-    })
 }
 
 pub fn sha256_file(path: &Path) -> Result<String> {
@@ -698,66 +494,6 @@ pub fn compile_check(plan: &Plan, objects: &[String]) -> Result<CompileCheck> {
     Ok(out)
 }
 
-/// The plan's Ninja command with `targets` in place of the plan's.
-fn ninja_argv(plan: &Plan, targets: &[String]) -> Vec<String> {
-    let mut argv: Vec<String> = plan.build[..plan.build.len() - plan.targets.len()].to_vec();
-    argv.extend(targets.iter().cloned());
-    argv
-}
-
-/// The targets a configured build directory defines (`ninja -t targets all`).
-fn ninja_targets(build_dir: &Path) -> Result<std::collections::BTreeSet<String>> {
-    let out = crate::proc::Cmd::new("ninja")
-        .arg("-C")
-        .arg(build_dir)
-        .args(["-t", "targets", "all"])
-        .read()?;
-    Ok(parse_ninja_targets(&String::from_utf8_lossy(&out.stdout)))
-}
-
-/// `name: rule` lines; paths (with a `/`) are files, not target names.
-fn parse_ninja_targets(text: &str) -> std::collections::BTreeSet<String> {
-    text.lines()
-        .filter_map(|l| l.rsplit_once(": ").map(|(name, _)| name.trim()))
-        .filter(|n| !n.is_empty() && !n.contains('/'))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Splits the plan's targets into those to build and default ones the
-/// configuration does not define. A target the user named that is not
-/// defined is an error naming it.
-fn resolve_targets(
-    plan: &Plan,
-    defined: &std::collections::BTreeSet<String>,
-) -> Result<(Vec<String>, Vec<String>)> {
-    let (ok, missing): (Vec<String>, Vec<String>) = plan
-        .targets
-        .iter()
-        .cloned()
-        .partition(|t| defined.contains(t));
-    if !missing.is_empty() && !plan.default_targets {
-        bail!(
-            "the configured {} build defines no target {} (see `ninja -C {} -t targets all`)",
-            plan.variant.name(),
-            missing
-                .iter()
-                .map(|t| format!("`{t}`"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            plan.build_dir
-        );
-    }
-    if ok.is_empty() {
-        bail!(
-            "the configured {} build defines none of the targets {}",
-            plan.variant.name(),
-            plan.targets.join(", ")
-        );
-    }
-    Ok((ok, missing))
-}
-
 /// Creates the log and runs the plan's configure step into it; returns the
 /// log and the ccache base (the project root above `build/<variant>`).
 fn configure_logged<'a>(
@@ -815,25 +551,6 @@ fn run_logged(
     };
     cmd.run_lines(log, log_path, on_line, last_error)
         .with_context(|| format!("{what} failed"))
-}
-
-fn ninja_progress(line: &str) -> Option<(u64, u64)> {
-    let inner = line.strip_prefix('[')?.split(']').next()?;
-    let (n, m) = inner.split_once('/')?;
-    Some((n.trim().parse().ok()?, m.trim().parse().ok()?))
-}
-
-/// The first compiler error and its surroundings, or the log's last lines.
-fn last_error(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().collect();
-    if let Some(i) = lines
-        .iter()
-        .position(|l| l.contains("error:") || l.contains("Error") || l.starts_with("FAILED:"))
-    {
-        let end = (i + 15).min(lines.len());
-        return lines[i.saturating_sub(2)..end].join("\n");
-    }
-    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 #[cfg(test)]
@@ -907,104 +624,5 @@ diff --git a/src/llama.cpp b/src/llama.cpp\n--- a/src/llama.cpp\n+++ b/src/llama
             Some((12, 234))
         );
         assert_eq!(ninja_progress("ninja: no work to do."), None);
-    }
-
-    fn applied() -> Applied {
-        Applied {
-            workdir: PathBuf::from("/w/llama.cpp"),
-            tree: "ab".repeat(20),
-            patches: 1,
-            release_number: Some(11312),
-            commit: "0c1e57098bba43ac29e6e3b677cdceebdd22334f".into(),
-        }
-    }
-
-    #[test]
-    fn targets_follow_what_the_configuration_defines() {
-        let text = "llama-server: phony\ntest-backend-ops: phony\nggml-cuda: phony\nbin/llama-server: CXX_EXECUTABLE_LINKER__llama-server_Release\nall: phony\n";
-        let defined = parse_ninja_targets(text);
-        assert!(defined.contains("ggml-cuda") && defined.contains("test-backend-ops"));
-        assert!(!defined.iter().any(|t| t.contains('/')));
-        let req = Request {
-            variant: Variant::Cuda,
-            targets: vec![],
-            jobs: Some(2),
-            cuda_arch: Some("90".into()),
-            fa_quants: None,
-            cache_root: PathBuf::from("/c"),
-        };
-        let p = plan(Path::new("/p"), &applied(), &req).unwrap();
-        assert!(p.default_targets);
-        let (ok, undefined) = resolve_targets(&p, &defined).unwrap();
-        assert_eq!(ok, vec!["llama-server", "test-backend-ops"]);
-        assert!(undefined.contains(&"test-quantize-fns".to_string()));
-        let argv = ninja_argv(&p, &ok);
-        assert_eq!(
-            argv[argv.len() - 3..],
-            ["-j2", "llama-server", "test-backend-ops"]
-        );
-        // A target the user names must exist.
-        let named = plan(
-            Path::new("/p"),
-            &applied(),
-            &Request {
-                targets: vec!["test-quantize-fns".into()],
-                ..req
-            },
-        )
-        .unwrap();
-        let e = resolve_targets(&named, &defined).unwrap_err().to_string();
-        assert!(e.contains("defines no target `test-quantize-fns`"), "{e}");
-    }
-
-    #[test]
-    fn key_depends_on_tree_and_variant() {
-        let req = Request {
-            variant: Variant::Cpu,
-            targets: vec![],
-            jobs: None,
-            cuda_arch: None,
-            fa_quants: None,
-            cache_root: PathBuf::from("/c"),
-        };
-        let a = plan(Path::new("/p"), &applied(), &req).unwrap();
-        let mut other = applied();
-        other.tree = "cd".repeat(20);
-        let b = plan(Path::new("/p"), &other, &req).unwrap();
-        assert_ne!(a.key, b.key);
-        let c = plan(
-            Path::new("/p"),
-            &applied(),
-            &Request {
-                targets: vec!["llama-cli".into()],
-                ..req.clone()
-            },
-        )
-        .unwrap();
-        assert_eq!(a.key, c.key, "targets are recorded beside the key");
-        assert_eq!(c.build.last().map(String::as_str), Some("llama-cli"));
-        assert!(a.configure.contains(&"-DLLAMA_CURL=OFF".to_string()));
-        assert!(a
-            .configure
-            .contains(&"-DLLAMA_USE_PREBUILT_UI=OFF".to_string()));
-        let cuda = plan(
-            Path::new("/p"),
-            &applied(),
-            &Request {
-                variant: Variant::Cuda,
-                cuda_arch: Some("90".into()),
-                ..req.clone()
-            },
-        )
-        .unwrap();
-        for want in [
-            "-DGGML_CUDA=ON",
-            "-DGGML_BACKEND_DL=ON",
-            "-DBUILD_SHARED_LIBS=ON",
-            "-DCMAKE_CUDA_ARCHITECTURES=90",
-            "-DGGML_NATIVE=OFF",
-        ] {
-            assert!(cuda.configure.contains(&want.to_string()), "{want}");
-        }
     }
 }
