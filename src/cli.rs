@@ -315,6 +315,8 @@ pub fn main() -> i32 {
     }
 }
 
+/// Dispatch: one arm per command, each turning parsed flags into a
+/// command module's arguments (long only because there are many commands).
 fn run(cli: &Cli) -> Result<i32> {
     let json = &cli.json;
     let project = Project::resolve(cli.project.as_deref(), cli.cache.as_deref())?;

@@ -173,7 +173,10 @@ struct Planned {
     tree: Oid,
 }
 
-/// Writes `patches/` back from the stack in `from`, canonically.
+/// Writes `patches/` back from the stack in `from`, canonically. Long
+/// (about 170 lines): one transaction — refuse a bad stack, render and
+/// prove every patch, then one swap — kept in one place so no path writes
+/// before every check has passed.
 pub fn export(
     store_repo: &Repository,
     base: Oid,

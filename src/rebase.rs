@@ -255,6 +255,221 @@ fn count_markers_added(diff: &[u8], number: u32) -> usize {
         .sum()
 }
 
+/// Upstream changes within 3 lines of the patch's hunks, per file.
+fn drift(
+    repo: &Repository,
+    p: &PatchFile,
+    old_before: &Files,
+    start_files: &Files,
+) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (path, ranges) in hunk_ranges(p)? {
+        let (Some(ob), Some(nb)) = (get(old_before, &path), get(start_files, &path)) else {
+            continue;
+        };
+        if ob.oid == nb.oid {
+            continue;
+        }
+        let changes = changed_ranges(&tree::blob(repo, ob.oid)?, &tree::blob(repo, nb.oid)?)?;
+        let mut lines = 0;
+        let mut hunks = 0;
+        for (s, e) in &ranges {
+            let near: Vec<_> = changes
+                .iter()
+                .filter(|(cs, ce, _)| *cs <= e + 3 && *ce + 3 >= *s)
+                .collect();
+            if !near.is_empty() {
+                hunks += 1;
+                lines += near.iter().map(|c| c.2).sum::<u32>();
+            }
+        }
+        if hunks > 0 {
+            out.push(format!(
+                "upstream changed {lines} line(s) within 3 lines of {hunks} of {}'s {} hunk(s) in {path}",
+                p.tag(),
+                ranges.len()
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Merges the patch file by file (3-way, following upstream renames) where
+/// it did not apply strictly; returns the patch's outcome.
+fn merge_files(
+    repo: &Repository,
+    p: &PatchFile,
+    renames: &BTreeMap<String, String>,
+    old_before: &Files,
+    old_after: &Files,
+    files: &mut Files,
+    reports: &mut Vec<FileReport>,
+) -> Result<Outcome> {
+    let mut any_conflict = false;
+    let mut any_change = false;
+    for Touch {
+        old: o,
+        new: n,
+        status,
+    } in touched(p)?
+    {
+        let mut fr = FileReport {
+            path: n.clone().or(o.clone()).unwrap_or_default(),
+            result: String::new(),
+            detail: None,
+            conflicts: Vec::new(),
+        };
+        match status {
+            git2::Delta::Added => {
+                let path = n.unwrap_or_default();
+                let theirs = get(old_after, &path).context("added file missing")?.clone();
+                match get(files, &path) {
+                    Some(e) if e.oid == theirs.oid => fr.result = "already-upstream".into(),
+                    Some(_) => {
+                        fr.result = "conflict".into();
+                        fr.detail = Some("upstream now has a different file at this path".into());
+                        any_conflict = true;
+                    }
+                    None => {
+                        files.insert(path.clone().into_bytes(), theirs);
+                        fr.result = "added".into();
+                        any_change = true;
+                    }
+                }
+            }
+            git2::Delta::Deleted => {
+                let path = o.unwrap_or_default();
+                let base = get(old_before, &path)
+                    .context("deleted file missing")?
+                    .clone();
+                match get(files, &path) {
+                    None => fr.result = "already-upstream".into(),
+                    Some(e) if e.oid == base.oid => {
+                        files.remove(path.as_bytes());
+                        fr.result = "deleted".into();
+                        any_change = true;
+                    }
+                    Some(_) => {
+                        fr.result = "conflict".into();
+                        fr.detail = Some("the patch deletes a file upstream changed".into());
+                        any_conflict = true;
+                    }
+                }
+            }
+            _ => {
+                let old_path = o.clone().unwrap_or_default();
+                let new_path = n.clone().unwrap_or_default();
+                let base = get(old_before, &old_path)
+                    .context("pre-image missing")?
+                    .clone();
+                let theirs = get(old_after, &new_path)
+                    .context("post-image missing")?
+                    .clone();
+                // Follow an upstream rename of the file when git finds one.
+                let (ours_path, followed) = if get(files, &old_path).is_some() {
+                    (old_path.clone(), None)
+                } else if let Some(r) = renames.get(&old_path).filter(|r| get(files, r).is_some()) {
+                    (r.clone(), Some(r.clone()))
+                } else {
+                    fr.result = "conflict".into();
+                    fr.detail = Some(format!(
+                        "upstream deleted {old_path}, which the patch changes"
+                    ));
+                    any_conflict = true;
+                    reports.push(fr);
+                    continue;
+                };
+                let ours = get(files, &ours_path).context("ours missing")?.clone();
+                let dest = if followed.is_some() || old_path == new_path {
+                    ours_path.clone()
+                } else {
+                    new_path.clone()
+                };
+                let mut opts = git2::MergeFileOptions::new();
+                opts.ancestor_label("patch pre-image")
+                    .our_label("upstream")
+                    .their_label(&p.file_name)
+                    .style_diff3(false);
+                let m = repo.merge_file_from_index(
+                    &entry(&old_path, &base),
+                    &entry(&ours_path, &ours),
+                    &entry(&new_path, &theirs),
+                    Some(&mut opts),
+                )?;
+                let content = m.content().to_vec();
+                let oid = repo.blob(&content)?;
+                if ours_path != dest {
+                    files.remove(ours_path.as_bytes());
+                }
+                files.insert(
+                    dest.clone().into_bytes(),
+                    tree::Entry {
+                        mode: theirs.mode,
+                        oid,
+                    },
+                );
+                if !m.is_automergeable() {
+                    fr.result = "conflict".into();
+                    fr.conflicts = conflict_regions(&content);
+                    any_conflict = true;
+                } else if oid == ours.oid && ours_path == dest {
+                    fr.result = "already-upstream".into();
+                } else {
+                    fr.result = "merged".into();
+                    any_change = true;
+                }
+                if let Some(r) = followed {
+                    fr.detail = Some(format!("followed upstream rename {old_path} → {r}"));
+                    fr.path = dest;
+                }
+            }
+        }
+        reports.push(fr);
+    }
+    Ok(if any_conflict {
+        Outcome::Conflict
+    } else if !any_change {
+        Outcome::AlreadyUpstream
+    } else {
+        Outcome::Merged
+    })
+}
+
+/// Markers and ownership on the rebased series, which must reproduce the
+/// rebased trees.
+fn recheck(
+    repo: &Repository,
+    new_base: Oid,
+    out: &[NewPatch],
+    patches_dir: &Path,
+    report: &mut Report,
+) -> Result<()> {
+    // Re-check markers and ownership on the rebased series.
+    let rebased: Vec<PatchFile> = out
+        .iter()
+        .map(|n| PatchFile::from_bytes(&n.file_name, n.bytes.clone()))
+        .collect::<Result<_>>()?;
+    let trees: Vec<Oid> = out.iter().map(|n| n.tree).collect();
+    let proven = apply::forward(repo, new_base, &rebased)?;
+    if proven != trees {
+        bail!("internal: the rebased texts do not reproduce the rebased trees");
+    }
+    let rules = markers::Markers::load(patches_dir)?;
+    report
+        .checks
+        .extend(markers::check(repo, new_base, &rebased, &trees, &rules)?);
+    let base_tree = repo.find_tree(new_base)?;
+    let base_has = |p: &str| base_tree.get_path(Path::new(p)).is_ok();
+    let own = ownership::Ownership::load(patches_dir)?;
+    report
+        .checks
+        .extend(ownership::check(&rebased, &base_has, &own)?);
+    if !report.checks.is_empty() {
+        report.ok = false;
+    }
+    Ok(())
+}
+
 /// Replays `patches` (proven on `old_base`) onto `new_base`. Writes nothing.
 pub fn plan(
     repo: &Repository,
@@ -298,34 +513,7 @@ pub fn plan(
         let start_files = files.clone();
 
         // Drift: upstream changes near this patch's hunks.
-        for (path, ranges) in hunk_ranges(p)? {
-            let (Some(ob), Some(nb)) = (get(&old_before, &path), get(&start_files, &path)) else {
-                continue;
-            };
-            if ob.oid == nb.oid {
-                continue;
-            }
-            let changes = changed_ranges(&tree::blob(repo, ob.oid)?, &tree::blob(repo, nb.oid)?)?;
-            let mut lines = 0;
-            let mut hunks = 0;
-            for (s, e) in &ranges {
-                let near: Vec<_> = changes
-                    .iter()
-                    .filter(|(cs, ce, _)| *cs <= e + 3 && *ce + 3 >= *s)
-                    .collect();
-                if !near.is_empty() {
-                    hunks += 1;
-                    lines += near.iter().map(|c| c.2).sum::<u32>();
-                }
-            }
-            if hunks > 0 {
-                pr.drift.push(format!(
-                    "upstream changed {lines} line(s) within 3 lines of {hunks} of {}'s {} hunk(s) in {path}",
-                    p.tag(),
-                    ranges.len()
-                ));
-            }
-        }
+        pr.drift = drift(repo, p, &old_before, &start_files)?;
 
         let strict = apply::apply(repo, cur, p, false);
         let new_tree = match strict {
@@ -341,144 +529,15 @@ pub fn plan(
                 t
             }
             Err(_) => {
-                let mut any_conflict = false;
-                let mut any_change = false;
-                for Touch {
-                    old: o,
-                    new: n,
-                    status,
-                } in touched(p)?
-                {
-                    let mut fr = FileReport {
-                        path: n.clone().or(o.clone()).unwrap_or_default(),
-                        result: String::new(),
-                        detail: None,
-                        conflicts: Vec::new(),
-                    };
-                    match status {
-                        git2::Delta::Added => {
-                            let path = n.unwrap_or_default();
-                            let theirs = get(&old_after, &path)
-                                .context("added file missing")?
-                                .clone();
-                            match get(&files, &path) {
-                                Some(e) if e.oid == theirs.oid => {
-                                    fr.result = "already-upstream".into()
-                                }
-                                Some(_) => {
-                                    fr.result = "conflict".into();
-                                    fr.detail = Some(
-                                        "upstream now has a different file at this path".into(),
-                                    );
-                                    any_conflict = true;
-                                }
-                                None => {
-                                    files.insert(path.clone().into_bytes(), theirs);
-                                    fr.result = "added".into();
-                                    any_change = true;
-                                }
-                            }
-                        }
-                        git2::Delta::Deleted => {
-                            let path = o.unwrap_or_default();
-                            let base = get(&old_before, &path)
-                                .context("deleted file missing")?
-                                .clone();
-                            match get(&files, &path) {
-                                None => fr.result = "already-upstream".into(),
-                                Some(e) if e.oid == base.oid => {
-                                    files.remove(path.as_bytes());
-                                    fr.result = "deleted".into();
-                                    any_change = true;
-                                }
-                                Some(_) => {
-                                    fr.result = "conflict".into();
-                                    fr.detail =
-                                        Some("the patch deletes a file upstream changed".into());
-                                    any_conflict = true;
-                                }
-                            }
-                        }
-                        _ => {
-                            let old_path = o.clone().unwrap_or_default();
-                            let new_path = n.clone().unwrap_or_default();
-                            let base = get(&old_before, &old_path)
-                                .context("pre-image missing")?
-                                .clone();
-                            let theirs = get(&old_after, &new_path)
-                                .context("post-image missing")?
-                                .clone();
-                            // Follow an upstream rename of the file when git finds one.
-                            let (ours_path, followed) = if get(&files, &old_path).is_some() {
-                                (old_path.clone(), None)
-                            } else if let Some(r) =
-                                renames.get(&old_path).filter(|r| get(&files, r).is_some())
-                            {
-                                (r.clone(), Some(r.clone()))
-                            } else {
-                                fr.result = "conflict".into();
-                                fr.detail = Some(format!(
-                                    "upstream deleted {old_path}, which the patch changes"
-                                ));
-                                any_conflict = true;
-                                pr.files.push(fr);
-                                continue;
-                            };
-                            let ours = get(&files, &ours_path).context("ours missing")?.clone();
-                            let dest = if followed.is_some() || old_path == new_path {
-                                ours_path.clone()
-                            } else {
-                                new_path.clone()
-                            };
-                            let mut opts = git2::MergeFileOptions::new();
-                            opts.ancestor_label("patch pre-image")
-                                .our_label("upstream")
-                                .their_label(&p.file_name)
-                                .style_diff3(false);
-                            let m = repo.merge_file_from_index(
-                                &entry(&old_path, &base),
-                                &entry(&ours_path, &ours),
-                                &entry(&new_path, &theirs),
-                                Some(&mut opts),
-                            )?;
-                            let content = m.content().to_vec();
-                            let oid = repo.blob(&content)?;
-                            if ours_path != dest {
-                                files.remove(ours_path.as_bytes());
-                            }
-                            files.insert(
-                                dest.clone().into_bytes(),
-                                tree::Entry {
-                                    mode: theirs.mode,
-                                    oid,
-                                },
-                            );
-                            if !m.is_automergeable() {
-                                fr.result = "conflict".into();
-                                fr.conflicts = conflict_regions(&content);
-                                any_conflict = true;
-                            } else if oid == ours.oid && ours_path == dest {
-                                fr.result = "already-upstream".into();
-                            } else {
-                                fr.result = "merged".into();
-                                any_change = true;
-                            }
-                            if let Some(r) = followed {
-                                fr.detail =
-                                    Some(format!("followed upstream rename {old_path} → {r}"));
-                                fr.path = dest;
-                            }
-                        }
-                    }
-                    pr.files.push(fr);
-                }
-                pr.outcome = if any_conflict {
-                    Outcome::Conflict
-                } else if !any_change {
-                    Outcome::AlreadyUpstream
-                } else {
-                    Outcome::Merged
-                };
+                pr.outcome = merge_files(
+                    repo,
+                    p,
+                    &renames,
+                    &old_before,
+                    &old_after,
+                    &mut files,
+                    &mut pr.files,
+                )?;
                 write_tree(repo, &files)?
             }
         };
@@ -520,29 +579,7 @@ pub fn plan(
         cur = new_tree;
     }
     if report.ok {
-        // Re-check markers and ownership on the rebased series.
-        let rebased: Vec<PatchFile> = out
-            .iter()
-            .map(|n| PatchFile::from_bytes(&n.file_name, n.bytes.clone()))
-            .collect::<Result<_>>()?;
-        let trees: Vec<Oid> = out.iter().map(|n| n.tree).collect();
-        let proven = apply::forward(repo, new_base, &rebased)?;
-        if proven != trees {
-            bail!("internal: the rebased texts do not reproduce the rebased trees");
-        }
-        let rules = markers::Markers::load(patches_dir)?;
-        report
-            .checks
-            .extend(markers::check(repo, new_base, &rebased, &trees, &rules)?);
-        let base_tree = repo.find_tree(new_base)?;
-        let base_has = |p: &str| base_tree.get_path(Path::new(p)).is_ok();
-        let own = ownership::Ownership::load(patches_dir)?;
-        report
-            .checks
-            .extend(ownership::check(&rebased, &base_has, &own)?);
-        if !report.checks.is_empty() {
-            report.ok = false;
-        }
+        recheck(repo, new_base, &out, patches_dir, &mut report)?;
     }
     Ok((report, out))
 }

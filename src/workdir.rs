@@ -198,6 +198,9 @@ pub fn lock_path(dir: &Path) -> PathBuf {
 }
 
 /// Makes the workdir hold exactly `target` (plus any untracked files it had).
+/// Long (about 160 lines): one transaction under the workdir's lock —
+/// state, drift, plan, staged copy, one swap — kept whole so that no step
+/// can run out of order.
 pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
     let dir = req.dir;
     if let Some(parent) = dir.parent() {

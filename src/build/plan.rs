@@ -24,6 +24,8 @@ fn default_cuda_arch(listed: &str) -> String {
 
 /// Resolves the request into exact commands and a cache key, from the
 /// host's facts only (no probing here: unit-testable on any machine).
+/// Long (about 165 lines) because it is one flat list of CMake options per
+/// variant, read top to bottom as the configure line it produces.
 pub fn plan(root: &Path, applied: &Applied, req: &Request, host: &Host) -> Result<Plan> {
     let build_dir = root.join("build").join(req.variant.name());
     let mut opts: Vec<(String, String)> = vec![

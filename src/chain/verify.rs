@@ -124,7 +124,9 @@ fn skipped(id: CheckId, why: &str) -> Check {
 }
 
 /// Runs the chain's checks and the `registered` ones. `dir` is `patches/`
-/// (for the lock and the policy files).
+/// (for the lock and the policy files). Long (about 155 lines) because the
+/// proofs share the trees of one forward application; each numbered step
+/// is short.
 pub fn run(
     repo: &Repository,
     base: Oid,

@@ -9,6 +9,9 @@ use super::super::server::call;
 use super::*;
 
 impl Job<'_> {
+    /// Long (about 250 lines): one scenario of 16 bad requests against one
+    /// server, each checked against the state the previous ones left; cut
+    /// apart, the state checks between them would be lost from view.
     pub(super) fn validation(&self, p: usize) -> Result<Figures> {
         let (text, c) = (self.text, self.c);
         let server = self.server(c)?;
