@@ -268,15 +268,7 @@ impl Cmd {
             .open(log)
             .map_err(|e| self.io_error("opening its log", e))?;
         writeln!(f, "$ {}", self.shown()).map_err(|e| self.io_error("writing its log", e))?;
-        let err = f
-            .try_clone()
-            .map_err(|e| self.io_error("opening its log", e))?;
-        let handle = self
-            .expression()
-            .stdout_file(f)
-            .stderr_file(err)
-            .start()
-            .map_err(|e| self.start_error(e))?;
+        let handle = self.start_into(f)?;
         let in_log = || format!("; log: {}", log.display());
         let out = self.wait(&handle, in_log)?;
         if !out.status.success() {
@@ -340,16 +332,21 @@ impl Cmd {
     /// it is killed when the returned handle is dropped.
     pub fn spawn_logged(&self, log: &Path) -> Result<Background, ProcError> {
         let f = std::fs::File::create(log).map_err(|e| self.io_error("creating its log", e))?;
+        Ok(Background {
+            handle: self.start_into(f)?,
+        })
+    }
+
+    /// Starts it with stdout and stderr both written to `f`.
+    fn start_into(&self, f: std::fs::File) -> Result<duct::Handle, ProcError> {
         let err = f
             .try_clone()
-            .map_err(|e| self.io_error("creating its log", e))?;
-        let handle = self
-            .expression()
+            .map_err(|e| self.io_error("opening its log", e))?;
+        self.expression()
             .stdout_file(f)
             .stderr_file(err)
             .start()
-            .map_err(|e| self.start_error(e))?;
-        Ok(Background { handle })
+            .map_err(|e| self.start_error(e))
     }
 }
 

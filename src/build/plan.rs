@@ -232,11 +232,9 @@ mod tests {
         assert!(!defined.iter().any(|t| t.contains('/')));
         let req = Request {
             variant: Variant::Cuda,
-            targets: vec![],
             jobs: Some(2),
             cuda_arch: Some("90".into()),
-            fa_quants: None,
-            cache_root: PathBuf::from("/c"),
+            ..cpu()
         };
         let p = plan(Path::new("/p"), &applied(), &req).unwrap();
         assert!(p.default_targets);
@@ -264,14 +262,7 @@ mod tests {
 
     #[test]
     fn key_depends_on_tree_and_variant() {
-        let req = Request {
-            variant: Variant::Cpu,
-            targets: vec![],
-            jobs: None,
-            cuda_arch: None,
-            fa_quants: None,
-            cache_root: PathBuf::from("/c"),
-        };
+        let req = cpu();
         let a = plan(Path::new("/p"), &applied(), &req).unwrap();
         let mut other = applied();
         other.tree = "cd".repeat(20);

@@ -21,16 +21,7 @@ pub struct Checked {
 /// byte-identical to what `gen` writes (verify's `apply` and `generated` checks).
 pub fn check(project: &Project, source: Option<&str>) -> Result<Checked> {
     let files = crate::gen::outputs(&project.patches_dir)?;
-    let store = project.store()?;
-    let (base, _) = project.base(&store, source, false)?;
-    let series = project.series()?;
-    let report = crate::chain::verify::run(
-        &store.repo,
-        base,
-        &series.patches,
-        &project.patches_dir,
-        &crate::gen::checks(),
-    )?;
+    let (report, _) = super::verify::check_chain(project, source)?;
     let problems: Vec<String> = [CheckId::Apply, CheckId::Generated]
         .into_iter()
         .filter_map(|id| report.get(id))

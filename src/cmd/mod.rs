@@ -34,3 +34,13 @@ pub fn dir_or(
 pub fn short(id: &str) -> &str {
     crate::show::prefix(id, 12)
 }
+
+/// `NAME RELEASE commit SHORT tree TREE`, the pin as status and verify show it.
+pub fn pin_line(u: &crate::manifest::Upstream, tree: &str) -> String {
+    format!(
+        "{} {} commit {} tree {tree}",
+        u.name,
+        u.release.as_deref().unwrap_or(""),
+        short(&u.commit)
+    )
+}

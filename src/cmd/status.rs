@@ -5,7 +5,7 @@ use serde::Serialize;
 use std::fmt::Write;
 use std::path::Path;
 
-use super::{short, Report};
+use super::Report;
 use crate::project::Project;
 use crate::status;
 
@@ -41,14 +41,7 @@ impl Report for Status {
         let u = &self.pin;
         let mut s = String::new();
         // Writing into a String cannot fail.
-        let _ = writeln!(
-            s,
-            "pin      {} {} commit {} tree {}",
-            u.name,
-            u.release.as_deref().unwrap_or(""),
-            short(&u.commit),
-            u.tree
-        );
+        let _ = writeln!(s, "pin      {}", super::pin_line(u, &u.tree));
         let _ = writeln!(
             s,
             "source   {}",

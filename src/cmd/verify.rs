@@ -6,7 +6,7 @@ use serde::Serialize;
 use std::fmt::Write;
 use std::time::Instant;
 
-use super::{short, Report};
+use super::Report;
 use crate::chain;
 use crate::project::Project;
 
@@ -20,8 +20,12 @@ pub struct Verified {
     pub seconds: f64,
 }
 
-pub fn run(project: &Project, source: Option<&str>) -> Result<Verified> {
-    let t = Instant::now();
+/// Every check over the chain on its verified base (the registered ones
+/// included); also which source served the base.
+pub fn check_chain(
+    project: &Project,
+    source: Option<&str>,
+) -> Result<(chain::verify::Report, String)> {
     let store = project.store()?;
     let (base, b) = project.base(&store, source, false)?;
     let series = project.series()?;
@@ -32,10 +36,16 @@ pub fn run(project: &Project, source: Option<&str>) -> Result<Verified> {
         &project.patches_dir,
         &crate::gen::checks(),
     )?;
+    Ok((report, b.source.clone()))
+}
+
+pub fn run(project: &Project, source: Option<&str>) -> Result<Verified> {
+    let t = Instant::now();
+    let (report, source) = check_chain(project, source)?;
     Ok(Verified {
         ok: report.ok,
         pin: project.manifest.upstream.clone(),
-        source: b.source.clone(),
+        source,
         report,
         seconds: t.elapsed().as_secs_f64(),
     })
@@ -46,14 +56,7 @@ impl Report for Verified {
         let (u, r) = (&self.pin, &self.report);
         let mut s = String::new();
         // Writing into a String cannot fail.
-        let _ = writeln!(
-            s,
-            "pin     {} {} commit {} tree {}",
-            u.name,
-            u.release.as_deref().unwrap_or(""),
-            short(&u.commit),
-            r.base_tree
-        );
+        let _ = writeln!(s, "pin     {}", super::pin_line(u, &r.base_tree));
         let _ = writeln!(s, "source  {}", self.source);
         let _ = writeln!(s, "chain   {} patch(es)", r.patches.len());
         for c in &r.checks {
