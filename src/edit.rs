@@ -164,6 +164,9 @@ pub struct ExportReport {
     pub removed: Vec<String>,
     pub unchanged: Vec<String>,
     pub dry_run: bool,
+    /// What `verify` finds in the exported series beyond its own proofs
+    /// (markers, ownership, generated files): written anyway, to be fixed.
+    pub problems: Vec<String>,
 }
 
 /// A patch computed from the stack, not yet written.
@@ -184,6 +187,7 @@ pub fn export(
     patches_dir: &Path,
     dry_run: bool,
     new_manifest: Option<&str>,
+    registered: &[&dyn crate::chain::verify::Registered],
 ) -> Result<ExportReport> {
     let repo = Repository::open(from).with_context(|| {
         format!(
@@ -320,6 +324,7 @@ pub fn export(
         removed: Vec::new(),
         unchanged: Vec::new(),
         dry_run,
+        problems: Vec::new(),
     };
     for p in &planned {
         match old.patches.iter().find(|o| o.file_name == p.file_name) {
@@ -335,19 +340,20 @@ pub fn export(
     let lock_text = lock.render();
     let lock_same = std::fs::read_to_string(patches_dir.join(crate::chain::lock::FILE_NAME))
         .is_ok_and(|old| old == lock_text);
-    if dry_run
-        || (report.written.is_empty()
-            && report.removed.is_empty()
-            && lock_same
-            && new_manifest.is_none())
-    {
-        return Ok(report);
-    }
     let files: Vec<(String, Vec<u8>)> = planned
         .into_iter()
         .map(|p| (p.file_name, p.bytes))
         .collect();
-    write_series(patches_dir, &files, &lock_text, new_manifest)?;
+    // Plan → stage → verify the staged series → one commit.
+    let staged = stage_series(patches_dir, &files, &lock_text, new_manifest, dry_run)?;
+    report.problems = staged.verify(store_repo, base, registered)?;
+    let unchanged = report.written.is_empty()
+        && report.removed.is_empty()
+        && lock_same
+        && new_manifest.is_none();
+    if !dry_run && !unchanged {
+        staged.commit()?;
+    }
     Ok(report)
 }
 
@@ -362,15 +368,15 @@ pub fn conflict_marker(diff: &[u8]) -> Option<String> {
 /// Where a manifest waiting to be moved into place lives (see `write_series`).
 pub const PENDING_MANIFEST: &str = ".pending-vendor-manifest.toml";
 
-/// Finishes a series write that was interrupted between its two renames:
-/// the patches are in place, the manifest that goes with them is beside
-/// them. Rolls forward. Returns whether anything was done.
 /// The new manifest an interrupted series write left in patches/, if any.
 pub fn pending_manifest(root: &Path) -> Option<PathBuf> {
     let p = root.join("patches").join(PENDING_MANIFEST);
     p.exists().then_some(p)
 }
 
+/// Finishes a series write that was interrupted between its two renames:
+/// the patches are in place, the manifest that goes with them is beside
+/// them. Rolls forward. Returns whether anything was done.
 pub fn finish_pending(root: &Path) -> Result<bool> {
     let pending = root.join("patches").join(PENDING_MANIFEST);
     if !pending.exists() {
@@ -383,20 +389,43 @@ pub fn finish_pending(root: &Path) -> Result<bool> {
     Ok(true)
 }
 
-/// Replaces the patch files and the lock in one atomic directory swap. With
-/// `manifest`, the new vendor-manifest.toml travels inside the swapped
-/// directory and is renamed into place right after (rolled forward by
-/// `finish_pending` if the process dies in between).
-pub fn write_series(
+/// A series written into a staging directory (patches, lock, the policy
+/// files of patches/, and a new manifest when the pin moves), verified
+/// there, then put in place by one atomic directory exchange (`commit`).
+/// Dropped uncommitted, the staging directory is removed.
+pub struct Staged {
+    staging: PathBuf,
+    /// A temporary directory for a dry run (never committed).
+    _temp: Option<tempfile::TempDir>,
+    dir: PathBuf,
+    manifest: bool,
+}
+
+/// Stages the series for `dir` (patches/): beside it, or with `dry_run` in
+/// a temporary directory outside the project.
+pub fn stage_series(
     dir: &Path,
     planned: &[(String, Vec<u8>)],
     lock: &str,
     manifest: Option<&str>,
-) -> Result<()> {
+    dry_run: bool,
+) -> Result<Staged> {
     fsx::create_dir_all(dir)?;
-    let staging = fsx::sibling(dir, "export-staging");
+    let (staging, temp) = if dry_run {
+        let t = tempfile::tempdir().context("creating a temporary directory")?;
+        (t.path().join("patches"), Some(t))
+    } else {
+        (fsx::sibling(dir, "export-staging"), None)
+    };
     fsx::remove_dir_all_if_exists(&staging)?;
     fsx::create_dir_all(&staging)?;
+    let staged = Staged {
+        staging,
+        _temp: temp,
+        dir: dir.to_path_buf(),
+        manifest: manifest.is_some(),
+    };
+    let staging = &staged.staging;
     // Keep every other file of patches/ (ownership.toml, markers.toml, README…).
     for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
         let e = e?;
@@ -423,16 +452,70 @@ pub fn write_series(
     if let Some(m) = manifest {
         std::fs::write(staging.join(PENDING_MANIFEST), m).context("writing the new manifest")?;
     }
-    crate::failpoint::hit("series-before-swap");
-    fsx::exchange(&staging, dir)?;
-    crate::failpoint::hit("series-after-swap");
-    if manifest.is_some() {
-        if let Some(root) = dir.parent() {
-            finish_pending(root)?;
+    Ok(staged)
+}
+
+impl Staged {
+    /// Runs every check of `verify` (and the `registered` ones) on the
+    /// staged series. Its own proofs (apply, lock, reverse, export) must
+    /// hold, else the write is refused; the policy checks' problems
+    /// (markers, ownership, generated files) are returned.
+    pub fn verify(
+        &self,
+        repo: &Repository,
+        base: Oid,
+        registered: &[&dyn crate::chain::verify::Registered],
+    ) -> Result<Vec<String>> {
+        use crate::chain::verify::CheckId;
+        let series = Series::load(&self.staging)?;
+        let r = crate::chain::verify::run(repo, base, &series.patches, &self.staging, registered)?;
+        let proofs = [
+            CheckId::Apply,
+            CheckId::Lock,
+            CheckId::Reverse,
+            CheckId::Export,
+        ];
+        let failed: Vec<String> = r
+            .checks
+            .iter()
+            .filter(|c| proofs.contains(&c.id) && !c.ok)
+            .flat_map(|c| c.problems.iter().map(move |p| format!("{}: {p}", c.name())))
+            .collect();
+        if !failed.is_empty() {
+            bail!(
+                "the series as it would be written fails its own proofs; nothing written:\n  {}",
+                failed.join("\n  ")
+            );
         }
+        Ok(r.checks
+            .iter()
+            .filter(|c| !proofs.contains(&c.id))
+            .flat_map(|c| c.problems.iter().map(move |p| format!("{}: {p}", c.name())))
+            .collect())
     }
-    fsx::remove_dir_all_if_exists(&staging)?;
-    Ok(())
+
+    /// Puts the staged series in place in one atomic directory exchange;
+    /// a new manifest travels inside it and is renamed into place right
+    /// after (rolled forward by `finish_pending` if the process dies in
+    /// between).
+    pub fn commit(self) -> Result<()> {
+        crate::failpoint::hit("series-before-swap");
+        fsx::exchange(&self.staging, &self.dir)?;
+        crate::failpoint::hit("series-after-swap");
+        if self.manifest {
+            if let Some(root) = self.dir.parent() {
+                finish_pending(root)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // After a commit this holds the old series (swapped out).
+        let _ = fsx::remove_dir_all_if_exists(&self.staging);
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {

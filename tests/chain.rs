@@ -182,6 +182,22 @@ fn edited_patch_or_stale_lock_is_caught() {
 fn markers_are_required_and_must_name_chain_patches() {
     let fx = Fx::new();
     fx.commit_patch("No marker", |s| main_change(s, "no marker here"));
+    // export verifies the series it writes: the missing marker is reported
+    // (the series is written anyway, to be fixed), in text and in JSON.
+    let out = fx.ok(&["export"]);
+    assert!(
+        out.contains("verify will fail until these are fixed"),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["export", "--dry-run", "--json"])).unwrap();
+    assert!(
+        v["problems"][0]
+            .as_str()
+            .unwrap_or("")
+            .contains("without a `polykv: 0001` marker"),
+        "{v}"
+    );
     let out = fx.fails(&["verify"], 1);
     assert!(
         out.contains("src/main.c: hunk `@@ -7,7 +7,7 @@ main line 6` adds lines to an upstream file without a `polykv: 0001` marker"),

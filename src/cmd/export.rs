@@ -49,11 +49,29 @@ pub fn run(project: &Project, a: &Args) -> Result<ExportReport> {
         &project.patches_dir,
         a.dry_run,
         new_manifest.as_deref(),
+        &crate::gen::checks(),
     )
 }
 
 impl Report for ExportReport {
     fn human(&self) -> String {
+        let mut s = self.summary();
+        // Writing into a String cannot fail.
+        if !self.problems.is_empty() {
+            let _ = write!(
+                s,
+                "\n  verify will fail until these are fixed in the stack (or exempted in patches/):"
+            );
+            for p in &self.problems {
+                let _ = write!(s, "\n  - {p}");
+            }
+        }
+        s
+    }
+}
+
+impl ExportReport {
+    fn summary(&self) -> String {
         if self.written.is_empty() && self.removed.is_empty() {
             return format!(
                 "export: patches/ already matches the stack ({} patch file(s) unchanged)",

@@ -92,13 +92,21 @@ pub fn run(project: &Project, a: &Args) -> Result<Rebased> {
             .iter()
             .map(|n| (n.file_name.clone(), n.bytes.clone()))
             .collect();
-        crate::edit::write_series(
+        let staged = crate::edit::stage_series(
             &project.patches_dir,
             &files,
             &lock.render(),
             Some(&manifest_text),
+            false,
         )?;
-        report.written = true;
+        let problems = staged.verify(&store.repo, new_base, &crate::gen::checks())?;
+        if problems.is_empty() {
+            staged.commit()?;
+            report.written = true;
+        } else {
+            report.checks.extend(problems);
+            report.ok = false;
+        }
     }
     Ok(Rebased { report, conflicts })
 }
