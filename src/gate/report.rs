@@ -209,6 +209,36 @@ pub fn stale<'a>(results: &'a [GateResult], chain_tree: &str) -> Vec<&'a GateRes
         .collect()
 }
 
+/// The artifact keys the chain tree's results were measured with: one key,
+/// or each key with its gates (the same tree built twice, e.g. by two
+/// versions of the forge whose cache keys differ).
+fn artifact_keys(results: &[GateResult], chain_tree: &str) -> String {
+    let mut keys: Vec<(&str, Vec<&str>)> = Vec::new();
+    for r in results
+        .iter()
+        .filter(|r| r.tree.as_deref() == Some(chain_tree))
+    {
+        let Some(k) = r.artifact_key.as_deref() else {
+            continue;
+        };
+        match keys.iter_mut().find(|(key, _)| *key == k) {
+            Some((_, gates)) => gates.push(&r.gate),
+            None => keys.push((k, vec![&r.gate])),
+        }
+    }
+    match keys.as_slice() {
+        [] => String::new(),
+        [(k, _)] => format!(", artifact key `{k}`"),
+        many => format!(
+            ", artifact keys {}",
+            many.iter()
+                .map(|(k, g)| format!("`{k}` ({})", g.join(", ")))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+    }
+}
+
 /// Markdown for a set of gate results (`polykv-forge gate report`): it names
 /// the applied tree the chain ends at, and marks results from another tree stale.
 pub fn markdown(results: &[GateResult], chain_tree: &str) -> String {
@@ -217,12 +247,7 @@ pub fn markdown(results: &[GateResult], chain_tree: &str) -> String {
     );
     out.push_str(&format!(
         "Figures of applied tree `{chain_tree}` (the tree the chain in `patches/` ends at){}.\n\n",
-        results
-            .iter()
-            .find(|r| r.tree.as_deref() == Some(chain_tree))
-            .and_then(|r| r.artifact_key.as_deref())
-            .map(|k| format!(", artifact key `{k}`"))
-            .unwrap_or_default()
+        artifact_keys(results, chain_tree)
     ));
     // a figure worse than its baseline value (one with no baseline value is not a regression:
     // its row fails, and the gate's note says the baseline is missing)
@@ -381,6 +406,15 @@ mod stale_tests {
             "{md}"
         );
         assert_eq!(md.matches("stale:").count(), 1, "{md}");
+        assert!(md.contains(", artifact key `k`."), "{md}");
+        // The same tree built twice (another key): each key names its gates.
+        let mut rebuilt = result("smoke", Some("aaaa"));
+        rebuilt.artifact_key = Some("k2".into());
+        let md = markdown(&[result("fresh", Some("aaaa")), rebuilt], "aaaa");
+        assert!(
+            md.contains(", artifact keys `k` (fresh) and `k2` (smoke)."),
+            "{md}"
+        );
     }
 
     #[test]
