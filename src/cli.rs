@@ -47,6 +47,9 @@ enum Cmd {
         /// Import again even when the cache already holds the tree.
         #[arg(long)]
         refresh: bool,
+        /// Say whether the cache holds the tree and which sources would be tried; fetch nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Apply the series strictly and write the result to the workdir atomically.
     Apply {
@@ -259,13 +262,21 @@ enum ToolkitCmd {
         /// Install again even when the cache has it.
         #[arg(long)]
         refresh: bool,
+        /// Say whether the cache has it and which wheels would be downloaded; download nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
 #[derive(Subcommand, Debug)]
 enum ModelCmd {
     /// Fetch models into the cache (all when none is named).
-    Fetch { names: Vec<String> },
+    Fetch {
+        names: Vec<String>,
+        /// Say which models would be fetched; fetch nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// List the pinned models and whether they are cached.
     List {},
 }
@@ -324,8 +335,12 @@ fn run(cli: &Cli) -> Result<i32> {
         project.finish_pending()?;
     }
     match &cli.cmd {
-        Cmd::Vendor { src, refresh } => emit(
-            &cmd::vendor::run(&project, src.source.as_deref(), *refresh)?,
+        Cmd::Vendor {
+            src,
+            refresh,
+            dry_run,
+        } => emit(
+            &cmd::vendor::run(&project, src.source.as_deref(), *refresh, *dry_run)?,
             *json,
         ),
         Cmd::Apply {
@@ -472,14 +487,14 @@ fn run(cli: &Cli) -> Result<i32> {
             } => emit(&cmd::gen::codebooks(bits, *dim, *dist, *c_header)?, *json),
         },
         Cmd::Toolkit {
-            cmd: ToolkitCmd::Cuda { refresh },
-        } => emit(&cmd::toolkit::cuda(&project, *refresh)?, *json),
+            cmd: ToolkitCmd::Cuda { refresh, dry_run },
+        } => emit(&cmd::toolkit::cuda(&project, *refresh, *dry_run)?, *json),
         Cmd::Model { cmd } => {
-            let (names, fetch) = match cmd {
-                ModelCmd::Fetch { names } => (names.as_slice(), true),
-                ModelCmd::List {} => (&[][..], false),
+            let (names, fetch, dry_run) = match cmd {
+                ModelCmd::Fetch { names, dry_run } => (names.as_slice(), true, *dry_run),
+                ModelCmd::List {} => (&[][..], false, false),
             };
-            emit(&cmd::model::run(&project, names, fetch)?, *json)
+            emit(&cmd::model::run(&project, names, fetch, dry_run)?, *json)
         }
         Cmd::Rebase {
             to,

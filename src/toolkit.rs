@@ -44,6 +44,14 @@ pub fn cached_cuda_home(cache_root: &Path) -> Option<PathBuf> {
     home.join(".complete").is_file().then_some(home)
 }
 
+/// The wheels `install_cuda` downloads, as `package==version`.
+pub fn cuda_wheels() -> Vec<String> {
+    WHEELS
+        .iter()
+        .map(|(package, version, _)| format!("{package}=={version}"))
+        .collect()
+}
+
 /// Whether a wheel member (path below `nvidia/cu13/`) is kept.
 fn keep(rel: &str, only: Option<&[&str]>) -> bool {
     !rel.is_empty()

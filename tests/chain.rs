@@ -16,6 +16,16 @@ fn main_change(stack: &std::path::Path, marker: &str) {
 #[test]
 fn vendor_hashes_the_tree_and_caches_it() {
     let fx = Fx::new();
+    // A dry run names the sources it would try and fetches nothing.
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["vendor", "--dry-run", "--json"])).unwrap();
+    assert_eq!(v["cached"], false);
+    assert!(
+        v["source"].as_str().unwrap_or("").starts_with("would try "),
+        "{v}"
+    );
+    let st: serde_json::Value = serde_json::from_str(&fx.ok(&["status", "--json"])).unwrap();
+    assert_eq!(st["vendored"], false, "vendor --dry-run vendored");
     let out = fx.ok(&["vendor", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["tree"], fx.tree.as_str());
@@ -23,6 +33,9 @@ fn vendor_hashes_the_tree_and_caches_it() {
     assert_eq!(v["files"], 11);
     let out = fx.ok(&["vendor", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cached"], true);
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["vendor", "--dry-run", "--json"])).unwrap();
     assert_eq!(v["cached"], true);
     let st = fx.ok(&["status", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&st).unwrap();

@@ -12,15 +12,18 @@ pub struct Row {
     pub file: String,
     pub sha256: String,
     pub path: Option<String>,
+    /// With `fetch --dry-run`: not in the cache, would be fetched.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub would_fetch: bool,
 }
 
 #[derive(Serialize)]
 #[serde(transparent)]
 pub struct Models(pub Vec<Row>);
 
-/// The models named (all when none), fetched when `fetch`, else where the
-/// cache holds them.
-pub fn run(project: &Project, names: &[String], fetch: bool) -> Result<Models> {
+/// The models named (all when none), fetched when `fetch` (with `dry_run`,
+/// only which would be), else where the cache holds them.
+pub fn run(project: &Project, names: &[String], fetch: bool, dry_run: bool) -> Result<Models> {
     let store = project.store()?;
     let models = &project.manifest.models;
     let chosen: Vec<&crate::model::Model> = if names.is_empty() {
@@ -33,7 +36,7 @@ pub fn run(project: &Project, names: &[String], fetch: bool) -> Result<Models> {
     };
     let mut rows = Vec::new();
     for m in chosen {
-        let path = if fetch {
+        let path = if fetch && !dry_run {
             Some(crate::model::fetch(&store, m)?)
         } else {
             crate::model::cached(&store, m)
@@ -42,6 +45,7 @@ pub fn run(project: &Project, names: &[String], fetch: bool) -> Result<Models> {
             name: m.name.clone(),
             file: m.file.clone(),
             sha256: m.sha256.clone(),
+            would_fetch: fetch && dry_run && path.is_none(),
             path: path.map(|p| p.display().to_string()),
         });
     }
@@ -56,9 +60,11 @@ impl Report for Models {
                 format!(
                     "{:<14} {}",
                     r.name,
-                    r.path
-                        .as_deref()
-                        .unwrap_or("not fetched (polykv-forge model fetch)")
+                    match (&r.path, r.would_fetch) {
+                        (Some(p), _) => p.as_str(),
+                        (None, true) => "would be fetched with pip download",
+                        (None, false) => "not fetched (polykv-forge model fetch)",
+                    }
                 )
             })
             .collect::<Vec<_>>()
