@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 use crate::cmd;
+use crate::printer::report as emit;
 use crate::project::Project;
 
 #[derive(Parser, Debug)]
@@ -288,11 +289,6 @@ fn parse_number(s: &str) -> std::result::Result<u32, String> {
         .map_err(|_| format!("`{s}` is not a patch number (e.g. 0003)"))
 }
 
-/// Prints a command's report; returns its exit code.
-fn emit<R: cmd::Report>(r: &R, json: bool) -> Result<i32> {
-    crate::printer::report(r, json)
-}
-
 impl Cmd {
     /// Whether the command writes the project (patches/, the manifest, the
     /// workdir or a stack); read-only commands never touch it.
@@ -301,10 +297,13 @@ impl Cmd {
             Cmd::Apply { dry_run, .. }
             | Cmd::Export { dry_run, .. }
             | Cmd::Rebase { dry_run, .. } => !dry_run,
-            Cmd::Edit { .. } => true,
+            Cmd::Edit { dry_run, .. } => !dry_run,
             Cmd::Gen {
-                cmd: None, check, ..
-            } => !check,
+                cmd: None,
+                check,
+                dry_run,
+                ..
+            } => !check && !dry_run,
             _ => false,
         }
     }

@@ -14,7 +14,7 @@ pub mod host;
 pub mod ninja;
 pub mod plan;
 
-pub use host::{find_nvcc, Host};
+pub use host::Host;
 use ninja::{last_error, ninja_argv, ninja_progress, ninja_targets, resolve_targets};
 
 /// The plan for `req` on this machine (its facts probed now).
@@ -142,12 +142,6 @@ pub struct BuildManifest {
     pub configure: Vec<String>,
     pub artifacts: Vec<Artifact>,
     pub seconds: f64,
-}
-
-/// A command line as a shell would take it back (`$CUDA_HOME` left for the
-/// user's shell to expand).
-pub fn show_command(argv: &[String]) -> String {
-    crate::proc::show(argv)
 }
 
 pub fn sha256_file(path: &Path) -> Result<String> {
@@ -348,7 +342,7 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
     let argv = ninja_argv(plan, &wanted);
     // ccache: paths under the project are hashed relative to it, so another
     // checkout of the same tree (CI's fresh clone) hits the same cache.
-    writeln!(log, "$ {}", show_command(&argv))?;
+    writeln!(log, "$ {}", crate::proc::show(&argv))?;
     let pb = crate::progress::bar(0, &format!("building {}", plan.variant.name()));
     run_logged(&argv, base, &mut log, &log_path, "build", Some(&pb))?;
     pb.finish_and_clear();
@@ -460,7 +454,7 @@ pub fn compile_check(plan: &Plan, objects: &[String]) -> Result<CompileCheck> {
     use std::io::Write;
     // Ninja from the plan, its targets replaced by the objects.
     let argv = ninja_argv(plan, objects);
-    writeln!(log, "$ {}", show_command(&argv))?;
+    writeln!(log, "$ {}", crate::proc::show(&argv))?;
     // Only the compiler's output counts for warnings (not CMake's).
     let compile_from = log.metadata().map(|m| m.len() as usize).unwrap_or(0);
     let pb = crate::progress::bar(0, &format!("compiling {} objects", objects.len()));
@@ -503,7 +497,7 @@ fn configure_logged<'a>(
     use std::io::Write;
     let mut log = std::fs::File::create(log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
-    writeln!(log, "$ {}", show_command(&plan.configure))?;
+    writeln!(log, "$ {}", crate::proc::show(&plan.configure))?;
     let base = Path::new(&plan.build_dir).parent().and_then(Path::parent);
     run_logged(&plan.configure, base, &mut log, log_path, "configure", None)?;
     Ok((log, base))

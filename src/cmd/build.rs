@@ -122,8 +122,8 @@ impl Report for Built {
                 if let Some(why) = &plan.blocked {
                     let _ = writeln!(s, "# cannot run on this machine: {why}");
                 }
-                let _ = writeln!(s, "{}", build::show_command(&plan.configure));
-                let _ = write!(s, "{}", build::show_command(&plan.build));
+                let _ = writeln!(s, "{}", crate::proc::show(&plan.configure));
+                let _ = write!(s, "{}", crate::proc::show(&plan.build));
             }
             Built::Checked {
                 manifest,

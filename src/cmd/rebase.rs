@@ -52,7 +52,6 @@ pub fn run(project: &Project, a: &Args) -> Result<Rebased> {
         &new_m.upstream.commit,
         &series.patches,
         a.drop_upstreamed,
-        &project.patches_dir,
     )?;
     let mut conflicts = None;
     if let Some(dir) = a.write_conflicts {
@@ -76,7 +75,9 @@ pub fn run(project: &Project, a: &Args) -> Result<Rebased> {
         conflicts = Some((dir.display().to_string(), a.to.display().to_string()));
     }
     crate::failpoint::hit("rebase-before-write");
-    if report.ok && !a.dry_run {
+    // Staged (outside the project for a dry run) and verified with every
+    // check, so a dry run reports what a real run would refuse.
+    if report.ok {
         let lock = Lock::of(
             new_base,
             rebased
@@ -97,15 +98,16 @@ pub fn run(project: &Project, a: &Args) -> Result<Rebased> {
             &files,
             &lock.render(),
             Some(&manifest_text),
-            false,
+            a.dry_run,
         )?;
-        let problems = staged.verify(&store.repo, new_base, &crate::gen::checks())?;
-        if problems.is_empty() {
+        report
+            .checks
+            .extend(staged.verify(&store.repo, new_base, &crate::gen::checks())?);
+        if !report.checks.is_empty() {
+            report.ok = false;
+        } else if !a.dry_run {
             staged.commit()?;
             report.written = true;
-        } else {
-            report.checks.extend(problems);
-            report.ok = false;
         }
     }
     Ok(Rebased { report, conflicts })
