@@ -104,13 +104,19 @@ pub fn baseline(project: &Project, names: &[String], dry_run: bool) -> Result<Ba
     let mut committed = Vec::new();
     for name in names {
         let spec = find(&gates, name)?;
-        let r = crate::gate::report::load_latest(&results, name)?.with_context(|| {
+        let mut r = crate::gate::report::load_latest(&results, name)?.with_context(|| {
             format!("no result of gate {name}: run `polykv-forge gate run {name}` first")
         })?;
+        // The gate's file may have changed since the run (a row made report-only,
+        // a threshold added): its rows are judged by the file as it is now, the
+        // baseline floors aside, before their figures become floors.
+        crate::gate::engine::judge(&Project::spec_of_run(spec, &r), &mut r, None);
+        let configs: Vec<String> = spec.configs.iter().map(|c| c.name.clone()).collect();
         let (out, b) = crate::gate::baseline::commit(
             &project.root.join("gates"),
             &spec.baseline,
             &r,
+            &configs,
             &chain_tree,
             dry_run,
         )?;

@@ -52,6 +52,11 @@ pub struct BaselineRow {
     pub model: String,
     pub config: String,
     pub figures: BTreeMap<String, f64>,
+    /// The applied tree this row was measured on, where it is not the file's:
+    /// a row kept from an earlier baseline because the run that wrote this
+    /// one did not have it (a manual row left out of `gate run --all`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<String>,
 }
 
 /// A committed baseline.
@@ -148,6 +153,7 @@ pub fn from_result(holds: &BTreeMap<String, Hold>, r: &GateResult) -> Result<Bas
                 .filter(|(k, _)| holds.contains_key(*k))
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
+            tree: None,
         })
         .collect();
     Ok(Baseline {
@@ -158,12 +164,31 @@ pub fn from_result(holds: &BTreeMap<String, Hold>, r: &GateResult) -> Result<Bas
     })
 }
 
+/// Rows of `old` that `new` lacks and whose configuration the gate still has
+/// (`configs`), appended to `new` with the tree they were measured on.
+fn keep_missing_rows(new: &mut Baseline, old: &Baseline, configs: &[String]) {
+    for row in &old.rows {
+        let lacking = !new
+            .rows
+            .iter()
+            .any(|r| r.model == row.model && r.config == row.config);
+        if lacking && configs.contains(&row.config) {
+            let mut kept = row.clone();
+            kept.tree = Some(row.tree.clone().unwrap_or_else(|| old.tree.clone()));
+            new.rows.push(kept);
+        }
+    }
+}
+
 /// Writes `gates/baselines/<gate>.json` from `r`, the gate's latest result,
-/// which must have been measured on `chain_tree`; returns the path and the baseline.
+/// which must have been measured on `chain_tree`; rows the result lacks of the
+/// gate's `configs` are kept from the committed baseline, with their tree.
+/// Returns the path and the baseline.
 pub fn commit(
     gates_dir: &Path,
     holds: &BTreeMap<String, Hold>,
     r: &GateResult,
+    configs: &[String],
     chain_tree: &str,
     dry_run: bool,
 ) -> Result<(PathBuf, Baseline)> {
@@ -175,7 +200,10 @@ pub fn commit(
             crate::show::prefix(chain_tree, 12)
         );
     }
-    let b = from_result(holds, r)?;
+    let mut b = from_result(holds, r)?;
+    if let Some(old) = load(gates_dir, &r.gate)? {
+        keep_missing_rows(&mut b, &old, configs);
+    }
     let out = path(gates_dir, &r.gate);
     if !dry_run {
         let mut text = serde_json::to_string_pretty(&b)?;
@@ -293,6 +321,7 @@ mod tests {
                 model: "m".into(),
                 config: "c".into(),
                 figures: BTreeMap::from([("top1".into(), 90.0), ("kld".into(), 0.2)]),
+                tree: None,
             }],
         };
         // top1 floor 90 - 1.8 - 0.5 = 87.7; kld ceiling 0.22
@@ -308,5 +337,44 @@ mod tests {
         let mut other = row(99.0, 0.0);
         other.config = "d".into();
         assert!(checks(&holds(), Some(&base), &other).iter().all(|c| !c.ok));
+    }
+
+    /// A baseline written from a run without the manual rows keeps theirs from
+    /// the committed one (with the tree they came from), and drops rows of
+    /// configurations the gate no longer has.
+    #[test]
+    fn rows_a_run_lacks_are_kept_with_their_tree() {
+        let row_of = |config: &str, kld: f64, tree: Option<&str>| BaselineRow {
+            model: "m".into(),
+            config: config.into(),
+            figures: BTreeMap::from([("kld".into(), kld)]),
+            tree: tree.map(Into::into),
+        };
+        let old = Baseline {
+            gate: "g".into(),
+            tree: "old".into(),
+            variant: "cpu".into(),
+            rows: vec![
+                row_of("ci", 0.1, None),
+                row_of("manual", 0.2, None),
+                row_of("older", 0.3, Some("older-tree")),
+                row_of("gone", 0.4, None),
+            ],
+        };
+        let mut new = Baseline {
+            tree: "new".into(),
+            rows: vec![row_of("ci", 0.05, None)],
+            ..old.clone()
+        };
+        let configs: Vec<String> = ["ci", "manual", "older"].map(String::from).into();
+        keep_missing_rows(&mut new, &old, &configs);
+        assert_eq!(
+            new.rows,
+            vec![
+                row_of("ci", 0.05, None),
+                row_of("manual", 0.2, Some("old")),
+                row_of("older", 0.3, Some("older-tree")),
+            ]
+        );
     }
 }
