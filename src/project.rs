@@ -181,31 +181,13 @@ impl Project {
         mut r: crate::gate::report::GateResult,
         b: &crate::gate::baseline::Baseline,
     ) -> Result<crate::gate::report::GateResult> {
-        crate::gate::engine::judge(&Self::spec_of_run(spec, &r), &mut r, Some(b));
+        crate::gate::engine::judge(&spec.as_run(&r), &mut r, Some(b));
         r.notes.push(
             "Judged against the baseline committed from this run (`gate baseline`), without running again."
                 .into(),
         );
         self.save_result(&r)?;
         Ok(r)
-    }
-
-    /// The gate as its stored run was judged: without its manual rows when the
-    /// run did not have them (`gate run --all`).
-    pub fn spec_of_run(
-        spec: &crate::gate::Spec,
-        r: &crate::gate::report::GateResult,
-    ) -> crate::gate::Spec {
-        let full = spec
-            .configs
-            .iter()
-            .filter(|c| c.manual.is_some())
-            .all(|c| r.rows.iter().any(|row| row.config == c.name));
-        if full {
-            spec.clone()
-        } else {
-            spec.without_manual_rows()
-        }
     }
 
     pub fn gate_inner(

@@ -110,7 +110,7 @@ pub fn baseline(project: &Project, names: &[String], dry_run: bool) -> Result<Ba
         // The gate's file may have changed since the run (a row made report-only,
         // a threshold added): its rows are judged by the file as it is now, the
         // baseline floors aside, before their figures become floors.
-        crate::gate::engine::judge(&Project::spec_of_run(spec, &r), &mut r, None);
+        crate::gate::engine::judge(&spec.as_run(&r), &mut r, None);
         let configs: Vec<String> = spec.configs.iter().map(|c| c.name.clone()).collect();
         let (out, b) = crate::gate::baseline::commit(
             &project.root.join("gates"),

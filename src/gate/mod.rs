@@ -341,6 +341,21 @@ impl Spec {
         s.omitted = manual;
         s
     }
+
+    /// The gate as its stored run `r` was judged: without its manual rows
+    /// when the run did not have them (`gate run --all`).
+    pub fn as_run(&self, r: &report::GateResult) -> Spec {
+        let full = self
+            .configs
+            .iter()
+            .filter(|c| c.manual.is_some())
+            .all(|c| r.rows.iter().any(|row| row.config == c.name));
+        if full {
+            self.clone()
+        } else {
+            self.without_manual_rows()
+        }
+    }
 }
 
 /// Every gate in `dir`, sorted by name.
