@@ -263,6 +263,24 @@ impl Project {
                 }
             }
         }
+        let python = if spec.python_packages.is_empty() {
+            None
+        } else {
+            crate::progress::note(&format!(
+                "gate {}: Python environment ({})",
+                spec.name,
+                spec.python_packages.join(" ")
+            ));
+            match crate::pip::venv(&self.cache_root()?, &spec.python_packages) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    return Ok(GateResult::skipped(
+                        spec,
+                        format!("its Python packages could not be installed: {e:#}"),
+                    ))
+                }
+            }
+        };
         let base = self.manifest.tree_oid()?;
         let text = crate::gate::text::write_eval_text(&store.repo, base, out_dir)?;
         let scratch = out_dir.join(&spec.name);
@@ -273,12 +291,15 @@ impl Project {
             models,
             text,
             scratch,
+            python,
+            gates_dir: self.root.join("gates"),
         };
         let rows = match spec.kind {
             crate::gate::Kind::Command => crate::gate::engine::run_commands(spec, &ctx),
             crate::gate::Kind::Needle => crate::gate::needle::run(spec, &ctx),
             crate::gate::Kind::Decode => crate::gate::decode::run(spec, &ctx),
             crate::gate::Kind::SharedPool => crate::gate::shared_pool::run(spec, &ctx),
+            crate::gate::Kind::AutoShare => crate::gate::shared_pool::auto::run(spec, &ctx),
         };
         let baseline = crate::gate::baseline::load(&self.root.join("gates"), &spec.name)?;
         let mut result = GateResult {

@@ -20,6 +20,10 @@ pub struct Ctx {
     pub text: PathBuf,
     /// `build/gates/<name>/`: logs and scratch files.
     pub scratch: PathBuf,
+    /// The interpreter of the gate's `python_packages` environment, if it has one.
+    pub python: Option<PathBuf>,
+    /// `gates/`: the gate files and the client scripts they run.
+    pub gates_dir: PathBuf,
 }
 
 /// Values for placeholders.

@@ -32,6 +32,8 @@ pub enum Kind {
     Decode,
     /// SharedKVPool in llama-server: correctness, memory, robustness, validation (patch 0003).
     SharedPool,
+    /// Automatic cross-slot prefix sharing in llama-server (patch 0003, `--kv-share-prefix auto`).
+    AutoShare,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -45,6 +47,11 @@ pub struct Spec {
     pub variant: Variant,
     #[serde(default)]
     pub binaries: Vec<String>,
+    /// Python packages (pinned `name==version`) its parts run with, installed
+    /// once into a virtual environment in the cache; `{python}` names its
+    /// interpreter.
+    #[serde(default)]
+    pub python_packages: Vec<String>,
     #[serde(default)]
     pub models: Vec<String>,
     /// Values for `{name}` placeholders.

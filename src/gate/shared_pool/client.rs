@@ -249,6 +249,94 @@ pub(super) fn cancelled(port: u16, body: &Value) -> Result<()> {
     Ok(())
 }
 
+/// Runs mixed requests at once, by kind: 2 is a stream dropped after its
+/// first event (`cancelled`), 1 a stream read to its end, others whole
+/// answers that must stop after `n_predict` tokens. Each outcome with its
+/// kind; a whole answer's reply comes back.
+pub(super) fn mixed(
+    port: u16,
+    jobs: &[(usize, Value)],
+    n_predict: u64,
+) -> Vec<(usize, Result<Value>)> {
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = jobs
+            .iter()
+            .map(|(kind, body)| {
+                sc.spawn(move || -> (usize, Result<Value>) {
+                    let r = if *kind == 2 {
+                        cancelled(port, body).map(|()| Value::Null)
+                    } else {
+                        call(port, "POST", "/completion", Some(body)).and_then(|(st, v)| {
+                            ensure!(st == 200, "answered {st}: {v}");
+                            // a whole answer (kind 1 streams: its events are not one JSON body):
+                            // the server says it stopped, after the tokens asked for
+                            ensure!(
+                                *kind == 1
+                                    || (v["stop"] == json!(true)
+                                        && v["tokens_predicted"].as_u64() == Some(n_predict)),
+                                "an incomplete answer: {v}"
+                            );
+                            Ok(v)
+                        })
+                    };
+                    (*kind, r)
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| (9, Err(anyhow::anyhow!("a request thread panicked"))))
+            })
+            .collect()
+    })
+}
+
+/// What `mixed` gave, as figures: the requests, the answers completed (kinds
+/// other than 2) and the streams dropped as asked (kind 2), the errors (an
+/// error fails the part: a server request must never fail here).
+pub(super) fn tally(outcomes: &[(usize, Result<Value>)]) -> Result<Figures> {
+    let errors: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().err().map(|e| format!("{e:#}")))
+        .collect();
+    if let Some(first) = errors.first() {
+        bail!(
+            "{} of {} requests failed; first: {first}",
+            errors.len(),
+            outcomes.len()
+        );
+    }
+    let ok = |want_dropped: bool| {
+        outcomes
+            .iter()
+            .filter(|(k, r)| (*k == 2) == want_dropped && r.is_ok())
+            .count() as f64
+    };
+    Ok(Figures::from([
+        ("requests".into(), outcomes.len() as f64),
+        ("completed".into(), ok(false)),
+        ("streams_dropped".into(), ok(true)),
+        ("errors".into(), errors.len() as f64),
+    ]))
+}
+
+/// Waits until no slot is processing (the server has noticed dropped streams).
+pub(super) fn wait_idle(port: u16) -> Result<()> {
+    let t = std::time::Instant::now();
+    while slots(port)?
+        .iter()
+        .any(|s| s["is_processing"] == json!(true))
+    {
+        ensure!(
+            t.elapsed() < Duration::from_secs(120),
+            "slots still busy 120 s after the last reply"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
 /// Running tasks the server says their clients cancelled (patch 0003's counter).
 pub(super) fn cancelled_total(port: u16) -> Result<f64> {
     metrics(port)?

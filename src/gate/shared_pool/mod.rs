@@ -17,6 +17,7 @@
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 
+pub mod auto;
 mod client;
 mod correctness;
 mod memory;
@@ -49,16 +50,25 @@ pub(super) const VAULT_QUESTION: &str =
     "\n\nQuestion: What is the vault number?\nAnswer: The vault number is";
 
 pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+    run_parts(spec, ctx, |j| j.run())
+}
+
+/// One row per model × configuration, measured by `part`, grouped in one
+/// table per part.
+pub(super) fn run_parts(
+    spec: &Spec,
+    ctx: &Ctx,
+    part: impl Fn(&Job) -> Result<Figures>,
+) -> Vec<Row> {
     let text = std::fs::read_to_string(&ctx.text).unwrap_or_default();
     let mut rows = rows_by_config(spec, |model, c| {
-        Job {
+        part(&Job {
             spec,
             ctx,
             model,
             c,
             text: &text,
-        }
-        .run()
+        })
     });
     // one table per part
     for (row, c) in rows
@@ -84,20 +94,34 @@ impl Job<'_> {
         start_for(self.spec, self.ctx, self.model, c)
     }
 
-    fn run(&self) -> Result<Figures> {
-        let c = self.c;
-        let var = |k: &str| c.vars.get(k).map(String::as_str);
-        let p_tokens = var("p_tokens")
-            .map(|v| v.parse::<usize>())
-            .transpose()
-            .context("p_tokens")?
-            .unwrap_or_else(|| param_usize(self.spec, "p_tokens", 1000));
-        let s_tokens = param_usize(self.spec, "s_tokens", 30);
-        let scratch = self.ctx.scratch.join(format!(
+    /// A configuration's variable.
+    pub(super) fn var(&self, k: &str) -> Option<&str> {
+        self.c.vars.get(k).map(String::as_str)
+    }
+
+    /// A count from the configuration's variables, else the gate's params.
+    pub(super) fn count(&self, k: &str, default: usize) -> Result<usize> {
+        match self.var(k) {
+            Some(v) => v.parse().with_context(|| format!("{k} = {v:?}")),
+            None => Ok(param_usize(self.spec, k, default)),
+        }
+    }
+
+    /// The scratch path of this row's files.
+    pub(super) fn scratch(&self) -> std::path::PathBuf {
+        self.ctx.scratch.join(format!(
             "{}-{}",
             self.model,
-            c.name.replace(['/', ' ', '='], "_")
-        ));
+            self.c.name.replace(['/', ' ', '='], "_")
+        ))
+    }
+
+    fn run(&self) -> Result<Figures> {
+        let c = self.c;
+        let var = |k: &str| self.var(k);
+        let p_tokens = self.count("p_tokens", 1000)?;
+        let s_tokens = param_usize(self.spec, "s_tokens", 30);
+        let scratch = self.scratch();
         match var("part") {
             Some("correctness") => correctness(&self.server(c)?, self.text, p_tokens, &scratch),
             Some("memory") => {
