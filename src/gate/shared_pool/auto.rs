@@ -63,12 +63,6 @@ fn prefix_tree_cells(prompts: &[Vec<i64>]) -> usize {
     total - common
 }
 
-fn figure(m: &BTreeMap<String, f64>, k: &str) -> Result<f64> {
-    m.get(k).copied().with_context(|| {
-        format!("/metrics has no llamacpp:{k} (is patch 0003's automatic sharing in the build?)")
-    })
-}
-
 const AUTO_REQUESTS: &str = "kv_share_auto_requests_total";
 
 impl Job<'_> {
@@ -147,11 +141,7 @@ impl Job<'_> {
             prompts
                 .iter()
                 .enumerate()
-                .map(|(i, pr)| {
-                    let mut b = ask(pr, 1, i + 1, None);
-                    b["cache_prompt"] = json!(true);
-                    b
-                })
+                .map(|(i, pr)| in_slot(pr, 1, i + 1))
                 .collect(),
         )?;
         let off = metrics(port)?;
@@ -203,9 +193,7 @@ impl Job<'_> {
                 let body = if share == "auto" {
                     plain(&prompt, 1)
                 } else {
-                    let mut b = ask(&prompt, 1, i + 1, None);
-                    b["cache_prompt"] = json!(true);
-                    b
+                    in_slot(&prompt, 1, i + 1)
                 };
                 let t = Instant::now();
                 let a = complete(port, body)?;

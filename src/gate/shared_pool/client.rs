@@ -185,6 +185,14 @@ pub(super) fn ask(prompt: &[i64], n_predict: usize, slot: usize, share: Option<u
     body
 }
 
+/// A full evaluation in slot `slot`, no sharing, the prompt cache on (the
+/// cells stay resident to be counted).
+pub(super) fn in_slot(prompt: &[i64], n_predict: usize, slot: usize) -> Value {
+    let mut b = ask(prompt, n_predict, slot, None);
+    b["cache_prompt"] = json!(true);
+    b
+}
+
 /// A private suffix of exactly `s` tokens for agent `i`.
 pub(super) fn suffix(server: &Server, i: usize, s: usize) -> Result<Vec<i64>> {
     let q = format!(
@@ -339,10 +347,14 @@ pub(super) fn wait_idle(port: u16) -> Result<()> {
 
 /// Running tasks the server says their clients cancelled (patch 0003's counter).
 pub(super) fn cancelled_total(port: u16) -> Result<f64> {
-    metrics(port)?
-        .get("tasks_cancelled_total")
+    figure(&metrics(port)?, "tasks_cancelled_total")
+}
+
+/// One figure of a `/metrics` read, by name without the `llamacpp:` prefix.
+pub(super) fn figure(m: &BTreeMap<String, f64>, k: &str) -> Result<f64> {
+    m.get(k)
         .copied()
-        .context("/metrics has no llamacpp:tasks_cancelled_total (is patch 0003 in the build?)")
+        .with_context(|| format!("/metrics has no llamacpp:{k} (is patch 0003 in the build?)"))
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! Part `memory`: physical KV cells for N agents with sharing on and off.
 
 use anyhow::{ensure, Result};
-use serde_json::json;
 use std::collections::BTreeMap;
 
 use super::*;
@@ -38,11 +37,7 @@ impl Job<'_> {
         let bodies = suffixes
             .iter()
             .enumerate()
-            .map(|(i, sfx)| {
-                let mut b = ask(&cat(&doc, sfx), 1, i + 1, None);
-                b["cache_prompt"] = json!(true);
-                b
-            })
+            .map(|(i, sfx)| in_slot(&cat(&doc, sfx), 1, i + 1))
             .collect();
         concurrently(port, bodies)?;
         let off = metrics(port)?;
