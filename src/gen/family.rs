@@ -46,6 +46,12 @@ const TYPES: &[(&str, &str, u32)] = &[
     ("turbo2_g64", "GGML_TYPE_TURBO2_G64", 64),
     ("turbo3_g64", "GGML_TYPE_TURBO3_G64", 64),
     ("turbo4_g64", "GGML_TYPE_TURBO4_G64", 64),
+    ("tcq2", "GGML_TYPE_TCQ2", 128),
+    ("tcq3", "GGML_TYPE_TCQ3", 128),
+    ("tcq4", "GGML_TYPE_TCQ4", 128),
+    ("tcq2_g64", "GGML_TYPE_TCQ2_G64", 64),
+    ("tcq3_g64", "GGML_TYPE_TCQ3_G64", 64),
+    ("tcq4_g64", "GGML_TYPE_TCQ4_G64", 64),
 ];
 
 /// Upstream's own vec instances (`generate_cu_files.py`): a family must not

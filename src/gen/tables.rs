@@ -179,6 +179,20 @@ pub fn cuda_header() -> Result<String> {
             c_floats(&b.thresholds)
         ));
     }
+    s.push_str(&format!(
+        "\n// the trellis-coded tiers' tables ({} state bits, unit variance, both group sizes)\n\
+         #define GGML_CUDA_TURBO_TCQ_STATE_BITS {}\n",
+        trellis::STATE_BITS,
+        trellis::STATE_BITS
+    ));
+    for tr in trellis::tiers() {
+        let lut: Vec<f64> = tr.lut.iter().map(|&x| x as f64).collect();
+        s.push_str(&format!(
+            "#define GGML_CUDA_TURBO_TCQ_B{}_LUT {{ {} }}\n",
+            tr.bits,
+            c_floats(&lut)
+        ));
+    }
     Ok(s)
 }
 
@@ -216,6 +230,16 @@ mod tests {
             assert!(c.contains(&c_floats(&b.centroids)));
             assert!(cu.contains(&c_floats(&b.centroids)));
             assert!(cu.contains(&c_floats(&b.thresholds)));
+        }
+        // the trellis tables too, for every tier
+        for tr in trellis::tiers() {
+            let lut: Vec<f64> = tr.lut.iter().map(|&x| x as f64).collect();
+            assert!(c.contains(&c_floats(&lut)));
+            assert!(cu.contains(&format!(
+                "#define GGML_CUDA_TURBO_TCQ_B{}_LUT {{ {} }}",
+                tr.bits,
+                c_floats(&lut)
+            )));
         }
         // the mask spells the sign table: sign 0 is +1, signs 1..3 are -1 (see the C header)
         let s = signs();
