@@ -59,20 +59,60 @@ pub struct EditReport {
     pub dry_run: bool,
 }
 
-/// Materialises the stack in `dir` (which must not exist or be empty).
+/// Whether `dir` is a stack `edit` made: a git repository at its top with
+/// the base reference `edit` writes.
+pub fn is_stack(dir: &Path) -> bool {
+    dir.join(".git").is_dir()
+        && Repository::open(dir)
+            .ok()
+            .filter(|r| {
+                r.workdir()
+                    .is_some_and(|w| fsx::resolved(w) == fsx::resolved(dir))
+            })
+            .is_some_and(|r| r.find_reference("refs/polykv/base").is_ok())
+}
+
+/// Where `edit` writes a stack, and how.
+#[derive(Clone, Copy)]
+pub struct StackDir<'a> {
+    pub dir: &'a Path,
+    /// Replace a stack `edit` made (its changes are lost).
+    pub force: bool,
+    pub dry_run: bool,
+    /// Directories the stack must never be or hold (the project, the cache).
+    pub protected: &'a [(&'a str, &'a Path)],
+}
+
+/// Materialises the stack in `to.dir` (which must not exist, be empty, or —
+/// with `force` — be a stack `edit` made).
 pub fn edit(
     store_repo: &Repository,
     base: Oid,
     upstream_commit: &str,
     s: &Series,
-    dir: &Path,
-    force: bool,
-    dry_run: bool,
+    to: &StackDir,
 ) -> Result<EditReport> {
+    let StackDir {
+        dir,
+        force,
+        dry_run,
+        protected,
+    } = *to;
+    fsx::refuse_protected(dir, protected)?;
+    if dir.exists() && !dir.is_dir() {
+        bail!("{} exists and is not a directory", dir.display());
+    }
     let replace = dir.exists()
-        && !std::fs::read_dir(dir)
-            .map(|mut r| r.next().is_none())
-            .unwrap_or(false);
+        && std::fs::read_dir(dir)
+            .with_context(|| format!("listing {}", dir.display()))?
+            .next()
+            .is_some();
+    if replace && !is_stack(dir) {
+        bail!(
+            "{} exists and is not a stack made by `polykv-forge edit` (no git repository with refs/polykv/base); it only ever replaces a stack it made, --force included. Name a new or empty directory with --dir, or move this one away",
+            dir.display()
+        );
+    }
     if replace && !force {
         bail!(
             "{} already exists; export it first, or pass --force to replace it (its changes are lost)",
@@ -214,7 +254,20 @@ pub fn export(
         let mut names: Vec<String> = statuses
             .iter()
             .take(10)
-            .map(|e| e.path().unwrap_or("?").to_string())
+            .map(|e| {
+                let st = e.status();
+                let kind = if st.is_wt_new() || st.is_index_new() {
+                    "untracked"
+                } else if st.is_wt_deleted() || st.is_index_deleted() {
+                    "deleted"
+                } else {
+                    "modified"
+                };
+                // The path as git stores it, relative to the stack's top,
+                // quoted so that a name like `..lock` reads as a name.
+                let path = String::from_utf8_lossy(e.path_bytes());
+                format!("{kind}: {path:?}")
+            })
             .collect();
         if statuses.len() > 10 {
             names.push(format!("… and {} more", statuses.len() - 10));
@@ -468,7 +521,17 @@ impl Staged {
     ) -> Result<Vec<String>> {
         use crate::chain::verify::CheckId;
         let series = Series::load(&self.staging)?;
-        let r = crate::chain::verify::run(repo, base, &series.patches, &self.staging, registered)?;
+        // Family files (kernels/*.toml) are the project's, beside the real
+        // patches/, wherever the series is staged (a dry run stages in /tmp).
+        let root = self.dir.parent().unwrap_or(Path::new("."));
+        let r = crate::chain::verify::run(
+            repo,
+            base,
+            &series.patches,
+            &self.staging,
+            root,
+            registered,
+        )?;
         let proofs = [
             CheckId::Apply,
             CheckId::Lock,

@@ -182,6 +182,68 @@ pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
     parent.join(format!(".{name}.{suffix}"))
 }
 
+/// A path as the file system resolves it: canonical where it exists, else
+/// its nearest existing ancestor canonicalized with the rest appended (the
+/// rest lexically normalized: `.` dropped, `..` popped).
+pub fn resolved(path: &Path) -> PathBuf {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut tail = Vec::new();
+    let mut cur = abs.as_path();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(cur) {
+            let mut out = c;
+            for part in tail.iter().rev() {
+                match part {
+                    std::path::Component::ParentDir => {
+                        out.pop();
+                    }
+                    std::path::Component::Normal(n) => out.push(n),
+                    _ => {}
+                }
+            }
+            return out;
+        }
+        match (cur.parent(), cur.components().next_back()) {
+            (Some(parent), Some(last)) => {
+                tail.push(last);
+                cur = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// Refuses a directory that a command would replace or delete wholesale
+/// when it is `/`, the user's home (or a directory above it), or a
+/// directory holding (or being) one of `protected` — the project, the
+/// cache. No flag overrides this: the forge never deletes what it did not
+/// create, and these it certainly did not.
+pub fn refuse_protected(dir: &Path, protected: &[(&str, &Path)]) -> Result<()> {
+    let d = resolved(dir);
+    if d.parent().is_none() {
+        bail!(
+            "{} is the file system's root; polykv-forge never replaces it",
+            dir.display()
+        );
+    }
+    let mut all: Vec<(&str, PathBuf)> = protected
+        .iter()
+        .map(|(what, p)| (*what, resolved(p)))
+        .collect();
+    all.extend(dirs::home_dir().map(|h| ("your home directory", resolved(&h))));
+    for (what, p) in all {
+        if p.starts_with(&d) {
+            let how = if p == d { "is" } else { "holds" };
+            bail!(
+                "{} {how} {what} ({}); polykv-forge never replaces or deletes such a directory, --force included: name another directory",
+                dir.display(),
+                p.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Converts a path to an absolute one without requiring it to exist.
 pub fn absolute(path: &Path) -> Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))

@@ -177,9 +177,13 @@ pub struct SyncReport {
     pub tree: String,
     pub already: bool,
     pub written: usize,
+    /// Files of the old tree that the new one does not have.
     pub removed: usize,
     pub kept: usize,
     pub untracked_kept: usize,
+    /// Hand edits lost under `--force`: modified files rewritten, untracked
+    /// files where the chain puts a file (the deleted ones come back).
+    pub discarded: usize,
     pub dry_run: bool,
 }
 
@@ -191,32 +195,75 @@ pub struct SyncRequest<'a> {
     pub dry_run: bool,
     pub force: bool,
     pub wait: bool,
+    /// The lock file serializing writers of this workdir (in the cache, see
+    /// [`lock_path`]); a dry run takes none.
+    pub lock: PathBuf,
+    /// Directories the workdir must never be or hold (the project, the cache).
+    pub protected: &'a [(&'a str, &'a Path)],
 }
 
-pub fn lock_path(dir: &Path) -> PathBuf {
-    fsx::sibling(dir, "lock")
+/// The lock of the workdir `dir`: a file in the cache's `locks/` named by a
+/// hash of the workdir's resolved path, so that a lock never lands beside a
+/// directory the tool does not own (`--workdir /tmp` would put it in `/`).
+pub fn lock_path(cache_root: &Path, dir: &Path) -> PathBuf {
+    let key = crate::source::sha256_hex(fsx::resolved(dir).as_os_str().as_bytes());
+    cache_root
+        .join("locks")
+        .join(format!("workdir-{}.lock", &key[..16]))
+}
+
+/// Refuses a workdir the forge must not replace: `/`, a home, a directory
+/// holding the project or the cache, and any non-empty directory the forge
+/// did not write (no state file) — `--force` overrides none of these; it
+/// only lets hand edits inside a forge-made workdir be discarded.
+fn refuse_foreign(dir: &Path, ins: &Inspection, protected: &[(&str, &Path)]) -> Result<()> {
+    fsx::refuse_protected(dir, protected)?;
+    if dir.exists() && !dir.is_dir() {
+        bail!(
+            "{} exists and is not a directory; name another --workdir",
+            dir.display()
+        );
+    }
+    if ins.exists && ins.state.is_none() {
+        let empty = std::fs::read_dir(dir)
+            .with_context(|| format!("listing {}", dir.display()))?
+            .next()
+            .is_none();
+        if !empty {
+            bail!(
+                "{} exists and was not written by polykv-forge (no {STATE_FILE}); it only ever replaces a workdir it made, --force included. Name a new or empty directory with --workdir, or move this one away",
+                dir.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Makes the workdir hold exactly `target` (plus any untracked files it had).
-/// Long (about 160 lines): one transaction under the workdir's lock —
-/// state, drift, plan, staged copy, one swap — kept whole so that no step
-/// can run out of order.
+/// One transaction under the workdir's lock — ownership, state, drift,
+/// plan, staged copy, one swap — so that no step can run out of order.
 pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
     let dir = req.dir;
-    if let Some(parent) = dir.parent() {
-        fsx::create_dir_all(parent)?;
-    }
-    let lock = lock_path(dir);
-    let _guard = if req.wait {
-        crate::store::lock_file(&lock)?
+    // The rules that need no lock come first: a refused directory gets no
+    // lock file, no staging sibling, nothing.
+    refuse_foreign(dir, &inspect_shallow(dir)?, req.protected)?;
+    let _guard = if req.dry_run {
+        None
     } else {
-        crate::store::try_lock_file(&lock)?.with_context(|| {
-            format!(
-                "{} is locked by another polykv-forge run (lock {}); wait for it or drop --no-wait",
-                dir.display(),
-                lock.display()
-            )
-        })?
+        if let Some(parent) = req.lock.parent() {
+            fsx::create_dir_all(parent)?;
+        }
+        Some(if req.wait {
+            crate::store::lock_file(&req.lock)?
+        } else {
+            crate::store::try_lock_file(&req.lock)?.with_context(|| {
+                format!(
+                    "{} is locked by another polykv-forge run (lock {}); wait for it or drop --no-wait",
+                    dir.display(),
+                    req.lock.display()
+                )
+            })?
+        })
     };
     crate::failpoint::hit("apply-holding-lock");
     // A staging directory left by an interrupted run holds either a partial
@@ -227,17 +274,7 @@ pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
     }
 
     let ins = inspect(dir)?;
-    if ins.exists && ins.state.is_none() && !req.force {
-        let empty = std::fs::read_dir(dir)
-            .map(|mut r| r.next().is_none())
-            .unwrap_or(false);
-        if !empty {
-            bail!(
-                "{} exists but was not written by polykv-forge (no {STATE_FILE}); move it away or pass --force to replace it",
-                dir.display()
-            );
-        }
-    }
+    refuse_foreign(dir, &ins, req.protected)?;
     if ins.drifted() && !req.force {
         let mut list: Vec<String> = ins
             .modified
@@ -278,10 +315,13 @@ pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
             return Ok(report);
         }
     }
-    let modified: std::collections::HashSet<&String> = ins.modified.iter().collect();
+    // A file can be reused (hard-linked) only when it is still there as
+    // the state recorded it.
+    let changed: std::collections::HashSet<&String> =
+        ins.modified.iter().chain(&ins.deleted).collect();
     let reusable = |rel: &str, e: &Entry| -> bool {
         old_files.get(rel).is_some_and(|st| {
-            st.oid == e.oid.to_string() && st.mode == e.mode && !modified.contains(&rel.to_string())
+            st.oid == e.oid.to_string() && st.mode == e.mode && !changed.contains(&rel.to_string())
         })
     };
     for (rel, e) in &entries {
@@ -296,30 +336,91 @@ pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
         .keys()
         .filter(|k| !entries.contains_key(k.as_bytes()))
         .count();
+    let mut clashing = 0;
     for u in &ins.untracked {
-        if entries.contains_key(u.as_bytes()) && !req.force {
-            bail!(
-                "{}: an untracked file is where the chain puts a file; move it away or pass --force",
-                dir.join(u).display()
-            );
+        if entries.contains_key(u.as_bytes()) {
+            if !req.force {
+                bail!(
+                    "{}: an untracked file is where the chain puts a file; move it away or pass --force",
+                    dir.join(u).display()
+                );
+            }
+            clashing += 1;
         }
     }
-    report.untracked_kept = ins
-        .untracked
-        .iter()
-        .filter(|u| !entries.contains_key(u.as_bytes()))
-        .count();
+    report.discarded = ins.modified.len() + clashing;
+    report.untracked_kept = ins.untracked.len() - clashing;
     if req.dry_run {
         return Ok(report);
     }
 
-    // Build the staging tree: hard links for unchanged files, fresh writes otherwise.
+    if let Err(e) = stage(repo, req, &ins, &entries, &reusable, &staging) {
+        // Never leave a half-made staging tree for the next run to trip on.
+        let _ = fsx::remove_dir_all_if_exists(&staging);
+        return Err(e);
+    }
+    crate::failpoint::hit("apply-before-swap");
+    if dir.exists() {
+        fsx::exchange(&staging, dir)?;
+        crate::failpoint::hit("apply-after-swap");
+        fsx::remove_dir_all_if_exists(&staging)?;
+    } else {
+        if let Some(parent) = dir.parent() {
+            fsx::create_dir_all(parent)?;
+        }
+        std::fs::rename(&staging, dir)
+            .with_context(|| format!("moving the staging tree to {}", dir.display()))?;
+    }
+    if let Some(parent) = dir.parent() {
+        fsx::sync_dir(parent)?;
+    }
+    Ok(report)
+}
+
+/// Only whether `dir` exists and has a state file (no walk, no parse):
+/// enough for the ownership rules before the lock is taken.
+fn inspect_shallow(dir: &Path) -> Result<Inspection> {
+    let exists = dir.exists();
+    let state = if exists && dir.join(STATE_FILE).exists() {
+        // A placeholder: `refuse_foreign` asks only whether there is one.
+        Some(State {
+            version: STATE_VERSION,
+            base_tree: String::new(),
+            patches: Vec::new(),
+            tree: String::new(),
+            files: BTreeMap::new(),
+        })
+    } else {
+        None
+    };
+    Ok(Inspection {
+        exists,
+        state,
+        modified: Vec::new(),
+        deleted: Vec::new(),
+        untracked: Vec::new(),
+    })
+}
+
+/// Builds the staging tree: hard links for unchanged files, fresh writes
+/// otherwise, and everything untracked of the old workdir carried over
+/// (files hard-linked, symlinks recreated, directories — `.git` ones and
+/// empty ones included — made), then the state file.
+fn stage(
+    repo: &Repository,
+    req: &SyncRequest,
+    ins: &Inspection,
+    entries: &BTreeMap<Vec<u8>, Entry>,
+    reusable: &dyn Fn(&str, &Entry) -> bool,
+    staging: &Path,
+) -> Result<()> {
+    let dir = req.dir;
     let pb = crate::progress::bar(entries.len() as u64, "writing workdir");
-    fsx::create_dir_all(&staging)?;
+    fsx::create_dir_all(staging)?;
     let mut files = BTreeMap::new();
-    for (rel_b, e) in &entries {
+    for (rel_b, e) in entries {
         let rel = String::from_utf8_lossy(rel_b).into_owned();
-        let dest = tree::path_of(&staging, rel_b);
+        let dest = tree::path_of(staging, rel_b);
         if let Some(parent) = dest.parent() {
             fsx::create_dir_all(parent)?;
         }
@@ -336,33 +437,61 @@ pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
         files.insert(rel, stat_of(&meta, e.oid, e.mode));
         pb.inc(1);
     }
-    for u in &ins.untracked {
-        if entries.contains_key(u.as_bytes()) {
+    if ins.exists {
+        let old: std::collections::HashSet<&str> = ins
+            .state
+            .as_ref()
+            .map(|s| s.files.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        carry_untracked(dir, staging, &old, entries)?;
+    }
+    pb.finish_and_clear();
+    write_state(staging, req, files)
+}
+
+/// Carries what the forge did not write from the old workdir into the
+/// staging tree: every path neither in the old state nor in the new tree.
+fn carry_untracked(
+    dir: &Path,
+    staging: &Path,
+    old: &std::collections::HashSet<&str>,
+    entries: &BTreeMap<Vec<u8>, Entry>,
+) -> Result<()> {
+    for e in walkdir::WalkDir::new(dir).sort_by_file_name().min_depth(1) {
+        let e = e.with_context(|| format!("walking {}", dir.display()))?;
+        let rel_path = e.path().strip_prefix(dir).context("walked outside")?;
+        let rel = rel_string(rel_path)?;
+        if rel == STATE_FILE || old.contains(rel.as_str()) || entries.contains_key(rel.as_bytes()) {
             continue;
         }
-        let src = dir.join(u);
-        let dest = staging.join(u);
+        let dest = staging.join(rel_path);
+        let ft = e.file_type();
+        if ft.is_dir() {
+            // Files create their parents; only an empty directory needs
+            // making (a directory of tracked files may be a file now).
+            let empty = std::fs::read_dir(e.path())
+                .with_context(|| format!("listing {}", e.path().display()))?
+                .next()
+                .is_none();
+            if empty && !dest.exists() {
+                fsx::create_dir_all(&dest)?;
+            }
+            continue;
+        }
         if let Some(parent) = dest.parent() {
             fsx::create_dir_all(parent)?;
         }
-        std::fs::hard_link(&src, &dest)
-            .with_context(|| format!("keeping untracked {}", src.display()))?;
+        if ft.is_symlink() {
+            let target = std::fs::read_link(e.path())
+                .with_context(|| format!("reading link {}", e.path().display()))?;
+            std::os::unix::fs::symlink(&target, &dest)
+                .with_context(|| format!("keeping untracked link {}", e.path().display()))?;
+        } else {
+            std::fs::hard_link(e.path(), &dest)
+                .with_context(|| format!("keeping untracked {}", e.path().display()))?;
+        }
     }
-    pb.finish_and_clear();
-    write_state(&staging, req, files)?;
-    crate::failpoint::hit("apply-before-swap");
-    if dir.exists() {
-        fsx::exchange(&staging, dir)?;
-        crate::failpoint::hit("apply-after-swap");
-        fsx::remove_dir_all_if_exists(&staging)?;
-    } else {
-        std::fs::rename(&staging, dir)
-            .with_context(|| format!("moving the staging tree to {}", dir.display()))?;
-    }
-    if let Some(parent) = dir.parent() {
-        fsx::sync_dir(parent)?;
-    }
-    Ok(report)
+    Ok(())
 }
 
 fn write_state(dir: &Path, req: &SyncRequest, files: BTreeMap<String, FileStat>) -> Result<()> {

@@ -30,13 +30,51 @@ fn refused(fx: &Fx, bad: &str, needle: &[&str]) {
 const GOOD: &str = "diff --git a/src/main.c b/src/main.c\n--- a/src/main.c\n+++ b/src/main.c\n@@ -9,3 +9,3 @@\n main line 9\n-main line 10\n+main line 10 changed // polykv: 0002\n main line 11\n";
 
 #[test]
-fn the_good_patch_applies() {
+fn the_good_patch_applies_once_the_lock_vouches_for_it() {
     let fx = Fx::new();
+    fx.commit_patch("First", |s| {
+        let p = s.join("src/util.h");
+        let t = std::fs::read_to_string(&p).unwrap();
+        std::fs::write(
+            p,
+            t.replace("util line 3\n", "util line 3 // polykv: 0001\n"),
+        )
+        .unwrap();
+    });
+    fx.ok(&["apply"]);
+    // A patch put in by hand is not in patches.lock: apply refuses it (as
+    // verify does), names the fix, and writes nothing (#39 item 5).
     fx.write_patch("0002-good.patch", GOOD);
+    let wd = fx.workdir_snapshot();
+    for args in [&["apply"][..], &["apply", "--dry-run"][..]] {
+        let out = fx.fails(args, 1);
+        assert!(
+            out.contains("0002-good.patch is missing from the lock")
+                && out.contains("polykv-forge export"),
+            "{args:?}: {out}"
+        );
+    }
+    // A locked patch edited by hand: the same.
+    fx.ok(&["edit", "--force"]);
+    fx.ok(&["export"]);
+    fx.ok(&["apply"]);
+    let p = fx.patches().join("0002-good.patch");
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(
+        &p,
+        text.replace("main line 10 changed", "main line 10 changed again"),
+    )
+    .unwrap();
+    let out = fx.fails(&["apply"], 1);
+    assert!(out.contains("changed since the lock was written"), "{out}");
+    // `--upto` checks the patches it applies, not the ones after.
+    fx.ok(&["apply", "--upto", "0001"]);
+    std::fs::write(&p, text).unwrap();
     fx.ok(&["apply"]);
     assert!(std::fs::read_to_string(fx.workdir().join("src/main.c"))
         .unwrap()
         .contains("main line 10 changed"));
+    let _ = wd;
 }
 
 #[test]
@@ -98,6 +136,16 @@ fn binary_and_malformed_patches() {
     );
     let garbage = "diff --git a/src/main.c b/src/main.c\n--- a/src/main.c\n+++ b/src/main.c\n@@ -x,3 +9,3 @@\n main line 9\n";
     refused(&fx, garbage, &["malformed or truncated"]);
+    // A corrupt hunk header is named by its line in the patch file (the
+    // description's lines counted), not in the diff body (#39 item 8).
+    let bad = format!(
+        "Subject: a change\n\nTwo lines\nof description.\n\n{}",
+        GOOD.replace("@@ -9,3 +9,3 @@", "@@ -9,3 +9,x @@")
+    );
+    let line = bad.lines().position(|l| l.starts_with("@@")).unwrap() + 1;
+    refused(&fx, &bad, &[&format!("at line {line} of the patch file")]);
+    // CRLF line endings are named as the cause.
+    refused(&fx, &GOOD.replace('\n', "\r\n"), &["CRLF line endings"]);
     // A binary change made in the stack is refused by export, patches/ untouched.
     fx.ok(&["edit", "--force"]);
     std::fs::write(fx.stack().join("data/blob.bin"), b"\x00changed\x00").unwrap();

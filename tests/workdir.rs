@@ -171,3 +171,199 @@ fn kill_9_during_apply_leaves_the_old_tree_or_the_new_one() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// Every file and directory under `dir`, with file contents (`.git` included).
+fn everything(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in walkdir_all(dir) {
+        let rel = e.strip_prefix(dir).unwrap().display().to_string();
+        let data = if e.is_file() {
+            std::fs::read(&e).unwrap()
+        } else {
+            b"<dir>".to_vec()
+        };
+        out.push((rel, data));
+    }
+    out.sort();
+    out
+}
+
+fn walkdir_all(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() && !p.is_symlink() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// #39 item 3: `--force` never replaces a directory the forge did not
+/// write, nor one holding the project, nor `/` or a home; a refused
+/// directory gets no lock file or staging sibling beside it.
+#[test]
+fn force_never_replaces_a_directory_the_forge_did_not_write() {
+    let fx = Fx::new();
+    let mine = fx.tmp.path().join("mine");
+    std::fs::create_dir_all(mine.join("sub/deeper")).unwrap();
+    std::fs::write(mine.join("notes.txt"), "mine\n").unwrap();
+    std::fs::write(mine.join("sub/deeper/data.bin"), b"\x00\x01").unwrap();
+    std::fs::create_dir_all(mine.join("checkout/.git")).unwrap();
+    std::fs::write(mine.join("checkout/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let before = everything(&mine);
+    // Beside it: every path but the cache's (the cache is the tool's own).
+    let beside = || -> Vec<String> {
+        everything(fx.tmp.path())
+            .into_iter()
+            .map(|(p, _)| p)
+            .filter(|p| !p.starts_with("cache"))
+            .collect()
+    };
+    fx.ok(&["vendor"]);
+    let beside_before = beside();
+    let wd = mine.to_str().unwrap();
+    for args in [
+        &["apply", "--force", "--workdir", wd][..],
+        &["apply", "--force", "--dry-run", "--workdir", wd][..],
+        &["apply", "--workdir", wd][..],
+    ] {
+        let out = fx.fails(args, 2);
+        assert!(
+            out.contains("was not written by polykv-forge") && out.contains("--force included"),
+            "{args:?}: {out}"
+        );
+        assert!(!out.contains("pass --force"), "{args:?}: {out}");
+    }
+    assert_eq!(everything(&mine), before, "a refused workdir changed");
+    assert_eq!(beside(), beside_before, "something was written beside it");
+
+    // The project, a directory holding it, the cache, the home and `/`:
+    // refused before anything is read or written, --force or not.
+    let home = fx.home.to_str().unwrap().to_string();
+    let root = fx.root.to_str().unwrap().to_string();
+    let above = fx.tmp.path().to_str().unwrap().to_string();
+    let cache = fx.cache.to_str().unwrap().to_string();
+    for (dir, needle) in [
+        (root.as_str(), "is the project"),
+        (above.as_str(), "holds the project"),
+        (cache.as_str(), "is the cache"),
+        (home.as_str(), "home directory"),
+        ("/", "root"),
+    ] {
+        let out = fx.fails(&["apply", "--force", "--workdir", dir], 2);
+        assert!(out.contains(needle), "{dir}: {out}");
+        let out = fx.fails(&["edit", "--force", "--dir", dir], 2);
+        assert!(out.contains(needle), "edit {dir}: {out}");
+    }
+    assert_eq!(everything(&mine), before);
+
+    // `edit --force` follows the same rule: only a stack it made.
+    let out = fx.fails(&["edit", "--force", "--dir", wd], 2);
+    assert!(out.contains("not a stack made by"), "{out}");
+    assert_eq!(everything(&mine), before);
+
+    // An empty directory is fine to fill.
+    let empty = fx.tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    fx.ok(&["apply", "--workdir", empty.to_str().unwrap()]);
+    assert!(empty.join("src/main.c").exists());
+}
+
+/// #39 item 4: a hand-deleted file comes back with `--force` (it was
+/// hard-linked from where it no longer is), and a failed run leaves no
+/// staging tree.
+#[test]
+fn force_brings_back_a_hand_deleted_file() {
+    let fx = Fx::new();
+    fx.ok(&["apply"]);
+    std::fs::remove_file(fx.workdir().join("src/util.h")).unwrap();
+    let out = fx.fails(&["apply"], 2);
+    assert!(out.contains("deleted:  src/util.h"), "{out}");
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["apply", "--force", "--dry-run", "--json"])).unwrap();
+    assert_eq!(v["written"], 1, "{v}");
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["apply", "--force", "--json"])).unwrap();
+    assert_eq!(v["written"], 1, "{v}");
+    assert_eq!(
+        std::fs::read_to_string(fx.workdir().join("src/util.h")).unwrap(),
+        numbered("util", 12)
+    );
+    let st: serde_json::Value = serde_json::from_str(&fx.ok(&["status", "--json"])).unwrap();
+    assert_eq!(st["workdir"]["state"], "clean");
+    let leftovers: Vec<_> = std::fs::read_dir(fx.root.join("work"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "llama.cpp")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// Untracked content of a forge-made workdir survives an apply that
+/// rewrites it: a `.git` directory (a maintainer's own repository), an
+/// empty directory, a symlink; what `--force` discards is counted.
+#[test]
+fn untracked_content_of_the_workdir_survives_apply() {
+    let fx = Fx::new();
+    fx.ok(&["apply"]);
+    let wd = fx.workdir();
+    std::fs::create_dir_all(wd.join(".git/refs")).unwrap();
+    std::fs::write(wd.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::create_dir_all(wd.join("build-empty")).unwrap();
+    std::os::unix::fs::symlink("src/main.c", wd.join("my-link")).unwrap();
+    std::fs::write(wd.join("src/mine.c"), "mine\n").unwrap();
+    one_patch(&fx);
+    let v: serde_json::Value = serde_json::from_str(&fx.ok(&["apply", "--json"])).unwrap();
+    assert_eq!(v["written"], 1, "{v}");
+    assert_eq!(v["discarded"], 0, "{v}");
+    assert_eq!(
+        std::fs::read_to_string(wd.join(".git/HEAD")).unwrap(),
+        "ref: refs/heads/main\n"
+    );
+    assert!(wd.join(".git/refs").is_dir());
+    assert!(wd.join("build-empty").is_dir());
+    assert_eq!(
+        std::fs::read_link(wd.join("my-link")).unwrap(),
+        std::path::Path::new("src/main.c")
+    );
+    assert_eq!(
+        std::fs::read_to_string(wd.join("src/mine.c")).unwrap(),
+        "mine\n"
+    );
+    // A hand edit discarded by --force is counted, not silent.
+    std::fs::write(wd.join("src/util.h"), "hand edit\n").unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["apply", "--force", "--json"])).unwrap();
+    assert_eq!(v["discarded"], 1, "{v}");
+}
+
+/// #39 item 6: a dry run writes nothing, lock files included; a real run
+/// keeps its lock in the cache, never beside the workdir.
+#[test]
+fn a_dry_run_writes_no_lock_file() {
+    let fx = Fx::new();
+    fx.ok(&["vendor"]);
+    let outside = fx.tmp.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let wd = outside.join("tree");
+    fx.ok(&["apply", "--dry-run", "--workdir", wd.to_str().unwrap()]);
+    assert!(
+        everything(&outside).is_empty(),
+        "{:?}",
+        everything(&outside)
+    );
+    let project = everything(&fx.root);
+    fx.ok(&["apply", "--dry-run"]);
+    assert_eq!(everything(&fx.root), project);
+    fx.ok(&["apply", "--workdir", wd.to_str().unwrap()]);
+    let names: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["tree".to_string()]);
+}

@@ -26,7 +26,20 @@ pub fn apply(repo: &Repository, tree: Oid, patch: &PatchFile, reversed: bool) ->
     } else {
         patch.diff.clone()
     };
-    let diff = parse(&text).map_err(|reason| fail("", "", reason))?;
+    let crlf = crlf_hint(&text);
+    let diff = parse(&text).map_err(|reason| {
+        // libgit2 counts lines from the diff body; a reader counts from the
+        // top of the patch file, description included.
+        let reason = if reversed {
+            reason
+        } else {
+            file_line_numbers(
+                &reason,
+                patch.description.iter().filter(|&&b| b == b'\n').count(),
+            )
+        };
+        fail("", "", format!("{reason}{crlf}"))
+    })?;
     let base = repo.find_tree(tree)?;
     check_deltas(&diff, &base).map_err(|(path, reason)| fail(&path, "", reason))?;
 
@@ -53,10 +66,13 @@ pub fn apply(repo: &Repository, tree: Oid, patch: &PatchFile, reversed: bool) ->
         Ok(i) => i,
         Err(e) => {
             let reason = if current_hunk.borrow().is_empty() {
-                format!("{} (the file's pre-image does not match)", e.message())
+                format!(
+                    "{} (the file's pre-image does not match){crlf}",
+                    e.message()
+                )
             } else {
                 format!(
-                    "{}: the hunk's context or removed lines are not at exactly that line (no fuzz, no offset)",
+                    "{}: the hunk's context or removed lines are not at exactly that line (no fuzz, no offset){crlf}",
                     e.message()
                 )
             };
@@ -64,6 +80,51 @@ pub fn apply(repo: &Repository, tree: Oid, patch: &PatchFile, reversed: bool) ->
         }
     };
     Ok(index.write_tree_to(repo)?)
+}
+
+/// A note for a failure when the patch's own header lines (`diff --git`,
+/// `---`, `+++`, `@@`) end in CR: the file was saved with CRLF line endings
+/// (an editor, `core.autocrlf`), which no hunk can match. Empty otherwise
+/// (content lines of a CRLF file legitimately end in CR).
+fn crlf_hint(text: &[u8]) -> String {
+    let n = text
+        .split(|&b| b == b'\n')
+        .filter(|l| {
+            l.ends_with(b"\r")
+                && [&b"diff --git "[..], b"--- ", b"+++ ", b"@@ "]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+        })
+        .count();
+    if n == 0 {
+        String::new()
+    } else {
+        format!(
+            "\n        the patch file has CRLF line endings ({n} header line(s) end in CR): it was saved by an editor or git with core.autocrlf; convert it back to LF (e.g. `dos2unix`) or re-export it"
+        )
+    }
+}
+
+/// Rewrites libgit2's `at line N` (counted from the diff body) as a line of
+/// the patch file, whose description takes `offset` lines before the body.
+fn file_line_numbers(reason: &str, offset: usize) -> String {
+    let Some(i) = reason.find("at line ") else {
+        return reason.to_string();
+    };
+    let start = i + "at line ".len();
+    let digits: String = reason[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    match digits.parse::<usize>() {
+        Ok(n) => format!(
+            "{}at line {} of the patch file{}",
+            &reason[..i],
+            n + offset,
+            &reason[start + digits.len()..]
+        ),
+        Err(_) => reason.to_string(),
+    }
 }
 
 /// Parses diff text, refusing binary patches and copies up front.

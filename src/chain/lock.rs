@@ -84,6 +84,81 @@ impl Lock {
     }
 }
 
+/// What is wrong with the lock in `dir` (patches/) for `patches` applied
+/// to `base` (`trees`: the tree after each, as far as they applied). With
+/// `prefix`, `patches` are the first of the series (`apply --upto`) and the
+/// lock may name more after them. Empty when the lock vouches for them.
+pub fn problems(
+    dir: &Path,
+    base: git2::Oid,
+    patches: &[crate::chain::series::PatchFile],
+    trees: &[git2::Oid],
+    prefix: bool,
+) -> Vec<String> {
+    match Lock::load(dir) {
+        Err(e) => vec![format!("{e:#}")],
+        Ok(None) => vec![format!(
+            "patches/{FILE_NAME} is missing; run `polykv-forge export` (or `edit` then `export`) to write it"
+        )],
+        Ok(Some(lock)) => {
+            let want = Lock::of(
+                base,
+                patches.iter().enumerate().map(|(k, p)| {
+                    (p.file_name.as_str(), p.bytes.as_slice(), trees.get(k).copied())
+                }),
+            );
+            compare(&lock, &want, prefix)
+        }
+    }
+}
+
+fn compare(have: &Lock, want: &Lock, prefix: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if have.base != want.base {
+        out.push(format!(
+            "patches.lock names base {}, but the pin is {}",
+            have.base, want.base
+        ));
+    }
+    let n = have.lines.len().max(want.lines.len());
+    for i in 0..n {
+        match (have.lines.get(i), want.lines.get(i)) {
+            (Some(h), Some(w)) if h == w => {}
+            (Some(h), Some(w)) if h.file != w.file => out.push(format!(
+                "line {}: the lock names {}, the series has {}",
+                i + 1,
+                h.file,
+                w.file
+            )),
+            (Some(h), Some(w)) => {
+                if h.sha256 != w.sha256 {
+                    out.push(format!(
+                        "{}: the patch file changed since the lock was written (sha256 {} → {})",
+                        w.file, h.sha256, w.sha256
+                    ));
+                }
+                if h.tree != w.tree && !w.tree.is_empty() {
+                    out.push(format!(
+                        "{}: the tree after it is {}, the lock says {}",
+                        w.file, w.tree, h.tree
+                    ));
+                }
+            }
+            (Some(_), None) if prefix => {}
+            (Some(h), None) => out.push(format!(
+                "the lock names {}, which is not in the series",
+                h.file
+            )),
+            (None, Some(w)) => out.push(format!("{} is missing from the lock", w.file)),
+            (None, None) => {}
+        }
+    }
+    if !out.is_empty() {
+        out.push("run `polykv-forge export` to rewrite the lock from a verified stack".into());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,6 @@ use git2::{Oid, Repository};
 use serde::Serialize;
 use std::path::Path;
 
-use crate::chain::lock::Lock;
 use crate::chain::{apply, export, markers, ownership, series, PatchFile};
 
 /// The checks verify runs, by a typed id (`gen --check` asks for its own).
@@ -48,6 +47,9 @@ pub struct Ctx<'a> {
     pub trees: &'a [Oid],
     /// `patches/`.
     pub dir: &'a Path,
+    /// The project root (family files such as `kernels/*.toml` are
+    /// relative to it; for a staged series it is not `dir`'s parent).
+    pub root: &'a Path,
 }
 
 impl Ctx<'_> {
@@ -132,6 +134,7 @@ pub fn run(
     base: Oid,
     patches: &[PatchFile],
     dir: &Path,
+    root: &Path,
     registered: &[&dyn Registered],
 ) -> Result<Report> {
     let mut checks = Vec::new();
@@ -156,22 +159,7 @@ pub fn run(
     let before = |k: usize| if k == 0 { base } else { trees[k - 1] };
 
     // 2. Lock.
-    let lock_problems = match Lock::load(dir) {
-        Err(e) => vec![format!("{e:#}")],
-        Ok(None) => vec![format!(
-            "patches/{} is missing; run `polykv-forge export` (or `edit` then `export`) to write it",
-            crate::chain::lock::FILE_NAME
-        )],
-        Ok(Some(lock)) => {
-            let want = Lock::of(
-                base,
-                patches.iter().enumerate().map(|(k, p)| {
-                    (p.file_name.as_str(), p.bytes.as_slice(), trees.get(k).copied())
-                }),
-            );
-            compare_lock(&lock, &want)
-        }
-    };
+    let lock_problems = crate::chain::lock::problems(dir, base, patches, &trees, false);
     checks.push(check(CheckId::Lock, lock_problems));
 
     if !applied {
@@ -254,6 +242,7 @@ pub fn run(
             patches,
             trees: &trees,
             dir,
+            root,
         };
         for r in registered {
             let problems = r.run(&ctx).unwrap_or_else(|e| vec![format!("{e:#}")]);
@@ -281,52 +270,6 @@ pub fn run(
             .collect(),
         checks,
     })
-}
-
-fn compare_lock(have: &Lock, want: &Lock) -> Vec<String> {
-    let mut out = Vec::new();
-    if have.base != want.base {
-        out.push(format!(
-            "patches.lock names base {}, but the pin is {}",
-            have.base, want.base
-        ));
-    }
-    let n = have.lines.len().max(want.lines.len());
-    for i in 0..n {
-        match (have.lines.get(i), want.lines.get(i)) {
-            (Some(h), Some(w)) if h == w => {}
-            (Some(h), Some(w)) if h.file != w.file => out.push(format!(
-                "line {}: the lock names {}, the series has {}",
-                i + 1,
-                h.file,
-                w.file
-            )),
-            (Some(h), Some(w)) => {
-                if h.sha256 != w.sha256 {
-                    out.push(format!(
-                        "{}: the patch file changed since the lock was written (sha256 {} → {})",
-                        w.file, h.sha256, w.sha256
-                    ));
-                }
-                if h.tree != w.tree && !w.tree.is_empty() {
-                    out.push(format!(
-                        "{}: the tree after it is {}, the lock says {}",
-                        w.file, w.tree, h.tree
-                    ));
-                }
-            }
-            (Some(h), None) => out.push(format!(
-                "the lock names {}, which is not in the series",
-                h.file
-            )),
-            (None, Some(w)) => out.push(format!("{} is missing from the lock", w.file)),
-            (None, None) => {}
-        }
-    }
-    if !out.is_empty() {
-        out.push("run `polykv-forge export` to rewrite the lock from a verified stack".into());
-    }
-    out
 }
 
 /// Lines of the file-vs-canonical diff shown when a patch is not canonical.

@@ -41,8 +41,27 @@ pub fn run(project: &Project, a: &Args) -> Result<Applied> {
     let series = project.series()?;
     let patches = series.upto(a.upto)?;
     let trees = chain::apply::forward(&store.repo, base, patches)?;
+    // The series must be the one its lock vouches for, as `verify` demands:
+    // a patch edited by hand without `export` is refused, not applied.
+    // (The bare base, `--upto 0000` or an empty series, needs no lock.)
+    let lock = if patches.is_empty() {
+        Vec::new()
+    } else {
+        chain::lock::problems(&project.patches_dir, base, patches, &trees, true)
+    };
+    if !lock.is_empty() {
+        return Err(crate::error::CheckFailed {
+            summary: format!(
+                "the series does not match patches/{}; nothing applied:\n  {}\n(a patch changed by hand? bring it in with `polykv-forge edit`, commit, then `polykv-forge export`, which rewrites the lock)",
+                chain::lock::FILE_NAME,
+                lock.join("\n  ")
+            ),
+        }
+        .into());
+    }
     let target = trees.last().copied().unwrap_or(base);
     let dir = super::dir_or(a.workdir, project.default_workdir())?;
+    let cache_root = project.cache_root()?;
     let sync = workdir::sync(
         &store.repo,
         &workdir::SyncRequest {
@@ -61,6 +80,8 @@ pub fn run(project: &Project, a: &Args) -> Result<Applied> {
             dry_run: a.dry_run,
             force: a.force,
             wait: a.wait,
+            lock: workdir::lock_path(&cache_root, &dir),
+            protected: &[("the project", &project.root), ("the cache", &cache_root)],
         },
     )?;
     Ok(Applied {
@@ -91,8 +112,15 @@ impl Report for Applied {
         } else {
             "applied"
         };
+        let mut extra = String::new();
+        if r.untracked_kept > 0 {
+            extra.push_str(&format!(", {} untracked kept", r.untracked_kept));
+        }
+        if r.discarded > 0 {
+            extra.push_str(&format!(", {} hand edit(s) discarded", r.discarded));
+        }
         format!(
-            "apply: {verb} {} patch(es) up to {last} → tree {} in {}: {} written, {} removed, {} unchanged ({:.2}s)",
+            "apply: {verb} {} patch(es) up to {last} → tree {} in {}: {} written, {} removed, {} unchanged{extra} ({:.2}s)",
             self.patches,
             short(&r.tree),
             r.workdir,

@@ -18,14 +18,18 @@ pub fn run(
     let (base, _) = project.base(&store, source, false)?;
     let series = project.series()?;
     let dir = super::dir_or(dir, project.root.join("work").join("edit"))?;
+    let cache_root = project.cache_root()?;
     edit::edit(
         &store.repo,
         base,
         &project.manifest.upstream.commit,
         &series,
-        &dir,
-        force,
-        dry_run,
+        &edit::StackDir {
+            dir: &dir,
+            force,
+            dry_run,
+            protected: &[("the project", &project.root), ("the cache", &cache_root)],
+        },
     )
 }
 

@@ -68,9 +68,15 @@ pub fn run(project: &Project, a: &Args) -> Result<Rebased> {
             new_base,
             &new_m.upstream.commit,
             &stack,
-            &dir,
-            false,
-            false,
+            &crate::edit::StackDir {
+                dir: &dir,
+                force: false,
+                dry_run: false,
+                protected: &[
+                    ("the project", &project.root),
+                    ("the cache", &project.cache_root()?),
+                ],
+            },
         )?;
         conflicts = Some((dir.display().to_string(), a.to.display().to_string()));
     }

@@ -34,6 +34,7 @@ pub fn check_chain(
         base,
         &series.patches,
         &project.patches_dir,
+        &project.root,
         &crate::gen::checks(),
     )?;
     Ok((report, b.source.clone()))

@@ -133,6 +133,12 @@ pub fn cuda_instances(patches_dir: &Path) -> Result<CudaInstances> {
 /// Loads `patches/generated.toml` (absent: nothing is generated) and runs
 /// every declared generator.
 pub fn outputs(patches_dir: &Path) -> Result<Vec<Output>> {
+    outputs_in(patches_dir, root_of(patches_dir))
+}
+
+/// [`outputs`] for a `patches/` staged away from its project: family files
+/// are read relative to `root`.
+pub fn outputs_in(patches_dir: &Path, root: &Path) -> Result<Vec<Output>> {
     let path = patches_dir.join(DECL_FILE);
     let Some(decl) = load_decl(patches_dir)? else {
         return Ok(Vec::new());
@@ -161,7 +167,7 @@ pub fn outputs(patches_dir: &Path) -> Result<Vec<Output>> {
                 f.patch
             );
         }
-        let fam = family::Families::load(root_of(patches_dir), &f.path)
+        let fam = family::Families::load(root, &f.path)
             .with_context(|| format!("{}: families `{}`", path.display(), f.path))?;
         let emitted = match f.backend.as_str() {
             "cuda" => family::emit_cuda(&fam, &f.patch)?,
@@ -200,7 +206,7 @@ impl crate::chain::verify::Registered for GeneratedCheck {
     }
 
     fn run(&self, ctx: &crate::chain::verify::Ctx) -> Result<Vec<String>> {
-        check(ctx.repo, ctx.final_tree(), &outputs(ctx.dir)?)
+        check(ctx.repo, ctx.final_tree(), &outputs_in(ctx.dir, ctx.root)?)
     }
 }
 
