@@ -83,8 +83,24 @@ impl Job<'_> {
             Some("robustness") => self.auto_robustness(p),
             Some("eviction") => self.auto_eviction(p),
             Some("openai") => self.auto_openai(p),
+            Some("hostile") => self.auto_hostile(),
             other => bail!("configuration {}: unknown part {other:?}", self.c.name),
         }
+    }
+
+    /// The requests that aborted or misrouted the server (#39), with
+    /// automatic sharing on.
+    fn auto_hostile(&self) -> Result<Figures> {
+        let server = self.server_sharing("auto")?;
+        let n_slots = slots(server.port())?.len() as i64;
+        let mut misses = Vec::new();
+        let figures = super::hostile::hostile(server.port(), n_slots, self.text, &mut misses)?;
+        std::fs::write(
+            self.scratch().with_extension("hostile.txt"),
+            misses.join("\n") + "\n",
+        )
+        .ok();
+        Ok(figures)
     }
 
     fn auto_correctness(&self, p: usize) -> Result<Figures> {

@@ -12,7 +12,9 @@
 //! - `robustness`: 32 concurrent requests (sharing, streamed, cancelled,
 //!   not sharing) with the idle-slot cache on; the pool's cells are intact and
 //!   a final agent still recalls the passcode.
-//! - `validation`: every bad request is a 400 and changes no state.
+//! - `validation`: every bad request is a 400 and changes no state; the
+//!   requests that aborted or misrouted the server (#39) are answered
+//!   (`hostile`, also the auto-share gate's `hostile` part).
 
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
@@ -20,6 +22,7 @@ use std::collections::BTreeMap;
 pub mod auto;
 mod client;
 mod correctness;
+mod hostile;
 mod memory;
 mod robustness;
 mod validation;

@@ -230,13 +230,38 @@ impl Job<'_> {
                 "release by erase: {st_erase} {v_erase}; released {released}; then a plain request: {st_plain} {v_plain}"
             ));
         }
+        let hostile = super::hostile::hostile(port, n_slots, text, &mut misses)?;
+        // A slot saved from this cache, for a restore into other cache types below.
+        let (st, v) = call(
+            port,
+            "POST",
+            "/slots/1?action=save",
+            Some(&json!({ "filename": "validation-slot.bin" })),
+        )?;
+        ensure!(st == 200, "saving slot 1: {st} {v}");
         drop(server);
-        // A server without a unified KV cache refuses every sharing request.
+        // A server without a unified KV cache refuses every sharing request;
+        // with q8_0 K/V it refuses the saved slot, saying why (#39 item 8).
         let mut split = c.clone();
         split
             .vars
             .insert("unified".into(), "--no-kv-unified".into());
+        split.vars.insert("k".into(), "q8_0".into());
+        split.vars.insert("v".into(), "q8_0".into());
         let server = self.server(&split)?;
+        let (st, v) = call(
+            server.port(),
+            "POST",
+            "/slots/0?action=restore",
+            Some(&json!({ "filename": "validation-slot.bin" })),
+        )?;
+        // llama.cpp's reason (here the stream count: one unified stream saved, one
+        // per slot now; with one stream it names the key type), not only the
+        // generic "No available space in KV cache or invalid slot save file".
+        let restore_reason = st == 400 && v.to_string().contains("mismatch");
+        if !restore_reason {
+            misses.push(format!("restoring an f16 slot into a q8_0 cache: {st} {v}"));
+        }
         let (st, v) = call(
             server.port(),
             "POST",
@@ -255,7 +280,8 @@ impl Job<'_> {
         )
         .ok();
         let n = cases.len() as f64;
-        Ok(BTreeMap::from([
+        let mut figures = hostile;
+        figures.extend(BTreeMap::from([
             ("cases".into(), n + 2.0),
             (
                 "refused_400".into(),
@@ -265,7 +291,9 @@ impl Job<'_> {
             ("oai_completions_shared".into(), oai as u8 as f64),
             ("chat_shared".into(), chat as u8 as f64),
             ("restore_refused".into(), restore_refused as u8 as f64),
+            ("restore_reason".into(), restore_reason as u8 as f64),
             ("pool_released".into(), pool_released as u8 as f64),
-        ]))
+        ]));
+        Ok(figures)
     }
 }
