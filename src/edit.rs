@@ -79,8 +79,8 @@ pub struct StackDir<'a> {
     /// Replace a stack `edit` made (its changes are lost).
     pub force: bool,
     pub dry_run: bool,
-    /// Directories the stack must never be or hold (the project, the cache).
-    pub protected: &'a [(&'a str, &'a Path)],
+    /// Directories the stack must never be or hold (`Project::protected`).
+    pub protected: &'a [(&'static str, PathBuf)],
 }
 
 /// Materialises the stack in `to.dir` (which must not exist, be empty, or —
@@ -99,14 +99,7 @@ pub fn edit(
         protected,
     } = *to;
     fsx::refuse_protected(dir, protected)?;
-    if dir.exists() && !dir.is_dir() {
-        bail!("{} exists and is not a directory", dir.display());
-    }
-    let replace = dir.exists()
-        && std::fs::read_dir(dir)
-            .with_context(|| format!("listing {}", dir.display()))?
-            .next()
-            .is_some();
+    let replace = fsx::occupied(dir)?;
     if replace && !is_stack(dir) {
         bail!(
             "{} exists and is not a stack made by `polykv-forge edit` (no git repository with refs/polykv/base); it only ever replaces a stack it made, --force included. Name a new or empty directory with --dir, or move this one away",

@@ -218,7 +218,7 @@ pub fn resolved(path: &Path) -> PathBuf {
 /// directory holding (or being) one of `protected` — the project, the
 /// cache. No flag overrides this: the forge never deletes what it did not
 /// create, and these it certainly did not.
-pub fn refuse_protected(dir: &Path, protected: &[(&str, &Path)]) -> Result<()> {
+pub fn refuse_protected(dir: &Path, protected: &[(&str, PathBuf)]) -> Result<()> {
     let d = resolved(dir);
     if d.parent().is_none() {
         bail!(
@@ -242,6 +242,21 @@ pub fn refuse_protected(dir: &Path, protected: &[(&str, &Path)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `dir` holds anything: false when it is missing or an empty
+/// directory, an error when it exists and is not a directory.
+pub fn occupied(dir: &Path) -> Result<bool> {
+    if !dir.exists() {
+        return Ok(false);
+    }
+    if !dir.is_dir() {
+        bail!("{} exists and is not a directory", dir.display());
+    }
+    Ok(std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .next()
+        .is_some())
 }
 
 /// Converts a path to an absolute one without requiring it to exist.

@@ -71,6 +71,15 @@ impl Project {
         }
     }
 
+    /// The directories no command may replace or delete, nor one holding
+    /// them (`fsx::refuse_protected`): the project and the cache.
+    pub fn protected(&self) -> Result<Vec<(&'static str, PathBuf)>> {
+        Ok(vec![
+            ("the project", self.root.clone()),
+            ("the cache", self.cache_root()?),
+        ])
+    }
+
     pub fn store(&self) -> Result<Store> {
         Store::open(&self.cache_root()?)
     }

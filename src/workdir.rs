@@ -198,8 +198,8 @@ pub struct SyncRequest<'a> {
     /// The lock file serializing writers of this workdir (in the cache, see
     /// [`lock_path`]); a dry run takes none.
     pub lock: PathBuf,
-    /// Directories the workdir must never be or hold (the project, the cache).
-    pub protected: &'a [(&'a str, &'a Path)],
+    /// Directories the workdir must never be or hold (`Project::protected`).
+    pub protected: &'a [(&'static str, PathBuf)],
 }
 
 /// The lock of the workdir `dir`: a file in the cache's `locks/` named by a
@@ -216,25 +216,13 @@ pub fn lock_path(cache_root: &Path, dir: &Path) -> PathBuf {
 /// holding the project or the cache, and any non-empty directory the forge
 /// did not write (no state file) — `--force` overrides none of these; it
 /// only lets hand edits inside a forge-made workdir be discarded.
-fn refuse_foreign(dir: &Path, ins: &Inspection, protected: &[(&str, &Path)]) -> Result<()> {
+fn refuse_foreign(dir: &Path, protected: &[(&str, PathBuf)]) -> Result<()> {
     fsx::refuse_protected(dir, protected)?;
-    if dir.exists() && !dir.is_dir() {
+    if fsx::occupied(dir)? && !dir.join(STATE_FILE).exists() {
         bail!(
-            "{} exists and is not a directory; name another --workdir",
+            "{} exists and was not written by polykv-forge (no {STATE_FILE}); it only ever replaces a workdir it made, --force included. Name a new or empty directory with --workdir, or move this one away",
             dir.display()
         );
-    }
-    if ins.exists && ins.state.is_none() {
-        let empty = std::fs::read_dir(dir)
-            .with_context(|| format!("listing {}", dir.display()))?
-            .next()
-            .is_none();
-        if !empty {
-            bail!(
-                "{} exists and was not written by polykv-forge (no {STATE_FILE}); it only ever replaces a workdir it made, --force included. Name a new or empty directory with --workdir, or move this one away",
-                dir.display()
-            );
-        }
     }
     Ok(())
 }
@@ -244,9 +232,9 @@ fn refuse_foreign(dir: &Path, ins: &Inspection, protected: &[(&str, &Path)]) -> 
 /// plan, staged copy, one swap — so that no step can run out of order.
 pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
     let dir = req.dir;
-    // The rules that need no lock come first: a refused directory gets no
-    // lock file, no staging sibling, nothing.
-    refuse_foreign(dir, &inspect_shallow(dir)?, req.protected)?;
+    // Ownership is checked before the lock (a refused directory gets no
+    // lock file, no staging sibling, nothing) and again under it.
+    refuse_foreign(dir, req.protected)?;
     let _guard = if req.dry_run {
         None
     } else {
@@ -273,8 +261,8 @@ pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
         fsx::remove_dir_all_if_exists(&staging)?;
     }
 
+    refuse_foreign(dir, req.protected)?;
     let ins = inspect(dir)?;
-    refuse_foreign(dir, &ins, req.protected)?;
     if ins.drifted() && !req.force {
         let mut list: Vec<String> = ins
             .modified
@@ -375,31 +363,6 @@ pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
         fsx::sync_dir(parent)?;
     }
     Ok(report)
-}
-
-/// Only whether `dir` exists and has a state file (no walk, no parse):
-/// enough for the ownership rules before the lock is taken.
-fn inspect_shallow(dir: &Path) -> Result<Inspection> {
-    let exists = dir.exists();
-    let state = if exists && dir.join(STATE_FILE).exists() {
-        // A placeholder: `refuse_foreign` asks only whether there is one.
-        Some(State {
-            version: STATE_VERSION,
-            base_tree: String::new(),
-            patches: Vec::new(),
-            tree: String::new(),
-            files: BTreeMap::new(),
-        })
-    } else {
-        None
-    };
-    Ok(Inspection {
-        exists,
-        state,
-        modified: Vec::new(),
-        deleted: Vec::new(),
-        untracked: Vec::new(),
-    })
 }
 
 /// Builds the staging tree: hard links for unchanged files, fresh writes

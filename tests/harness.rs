@@ -77,6 +77,31 @@ pub fn snapshot_dir(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
+/// (path, bytes) of everything below `dir`, directories (`<dir>`) and
+/// `.git` included, links not followed (`<link>`), sorted.
+pub fn tree_snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    walkdir::WalkDir::new(dir)
+        .min_depth(1)
+        .sort_by_file_name()
+        .into_iter()
+        .map(|e| {
+            let e = e.unwrap();
+            let ft = e.file_type();
+            let data = if ft.is_file() {
+                std::fs::read(e.path()).unwrap()
+            } else if ft.is_dir() {
+                b"<dir>".to_vec()
+            } else {
+                b"<link>".to_vec()
+            };
+            (
+                e.path().strip_prefix(dir).unwrap().display().to_string(),
+                data,
+            )
+        })
+        .collect()
+}
+
 /// A copy of a project's manifest and patches/ in `dest`.
 pub fn copy_project(root: &Path, dest: &Path) {
     std::fs::create_dir_all(dest.join("patches")).unwrap();

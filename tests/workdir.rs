@@ -172,37 +172,6 @@ fn kill_9_during_apply_leaves_the_old_tree_or_the_new_one() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
-/// Every file and directory under `dir`, with file contents (`.git` included).
-fn everything(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    for e in walkdir_all(dir) {
-        let rel = e.strip_prefix(dir).unwrap().display().to_string();
-        let data = if e.is_file() {
-            std::fs::read(&e).unwrap()
-        } else {
-            b"<dir>".to_vec()
-        };
-        out.push((rel, data));
-    }
-    out.sort();
-    out
-}
-
-fn walkdir_all(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() && !p.is_symlink() {
-                stack.push(p.clone());
-            }
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// #39 item 3: `--force` never replaces a directory the forge did not
 /// write, nor one holding the project, nor `/` or a home; a refused
 /// directory gets no lock file or staging sibling beside it.
@@ -215,10 +184,10 @@ fn force_never_replaces_a_directory_the_forge_did_not_write() {
     std::fs::write(mine.join("sub/deeper/data.bin"), b"\x00\x01").unwrap();
     std::fs::create_dir_all(mine.join("checkout/.git")).unwrap();
     std::fs::write(mine.join("checkout/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
-    let before = everything(&mine);
+    let before = tree_snapshot(&mine);
     // Beside it: every path but the cache's (the cache is the tool's own).
     let beside = || -> Vec<String> {
-        everything(fx.tmp.path())
+        tree_snapshot(fx.tmp.path())
             .into_iter()
             .map(|(p, _)| p)
             .filter(|p| !p.starts_with("cache"))
@@ -239,7 +208,7 @@ fn force_never_replaces_a_directory_the_forge_did_not_write() {
         );
         assert!(!out.contains("pass --force"), "{args:?}: {out}");
     }
-    assert_eq!(everything(&mine), before, "a refused workdir changed");
+    assert_eq!(tree_snapshot(&mine), before, "a refused workdir changed");
     assert_eq!(beside(), beside_before, "something was written beside it");
 
     // The project, a directory holding it, the cache, the home and `/`:
@@ -260,12 +229,12 @@ fn force_never_replaces_a_directory_the_forge_did_not_write() {
         let out = fx.fails(&["edit", "--force", "--dir", dir], 2);
         assert!(out.contains(needle), "edit {dir}: {out}");
     }
-    assert_eq!(everything(&mine), before);
+    assert_eq!(tree_snapshot(&mine), before);
 
     // `edit --force` follows the same rule: only a stack it made.
     let out = fx.fails(&["edit", "--force", "--dir", wd], 2);
     assert!(out.contains("not a stack made by"), "{out}");
-    assert_eq!(everything(&mine), before);
+    assert_eq!(tree_snapshot(&mine), before);
 
     // An empty directory is fine to fill.
     let empty = fx.tmp.path().join("empty");
@@ -353,13 +322,13 @@ fn a_dry_run_writes_no_lock_file() {
     let wd = outside.join("tree");
     fx.ok(&["apply", "--dry-run", "--workdir", wd.to_str().unwrap()]);
     assert!(
-        everything(&outside).is_empty(),
+        tree_snapshot(&outside).is_empty(),
         "{:?}",
-        everything(&outside)
+        tree_snapshot(&outside)
     );
-    let project = everything(&fx.root);
+    let project = tree_snapshot(&fx.root);
     fx.ok(&["apply", "--dry-run"]);
-    assert_eq!(everything(&fx.root), project);
+    assert_eq!(tree_snapshot(&fx.root), project);
     fx.ok(&["apply", "--workdir", wd.to_str().unwrap()]);
     let names: Vec<_> = std::fs::read_dir(&outside)
         .unwrap()

@@ -62,6 +62,7 @@ pub fn run(project: &Project, a: &Args) -> Result<Applied> {
     let target = trees.last().copied().unwrap_or(base);
     let dir = super::dir_or(a.workdir, project.default_workdir())?;
     let cache_root = project.cache_root()?;
+    let protected = project.protected()?;
     let sync = workdir::sync(
         &store.repo,
         &workdir::SyncRequest {
@@ -81,7 +82,7 @@ pub fn run(project: &Project, a: &Args) -> Result<Applied> {
             force: a.force,
             wait: a.wait,
             lock: workdir::lock_path(&cache_root, &dir),
-            protected: &[("the project", &project.root), ("the cache", &cache_root)],
+            protected: &protected,
         },
     )?;
     Ok(Applied {

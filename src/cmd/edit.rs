@@ -18,7 +18,7 @@ pub fn run(
     let (base, _) = project.base(&store, source, false)?;
     let series = project.series()?;
     let dir = super::dir_or(dir, project.root.join("work").join("edit"))?;
-    let cache_root = project.cache_root()?;
+    let protected = project.protected()?;
     edit::edit(
         &store.repo,
         base,
@@ -28,7 +28,7 @@ pub fn run(
             dir: &dir,
             force,
             dry_run,
-            protected: &[("the project", &project.root), ("the cache", &cache_root)],
+            protected: &protected,
         },
     )
 }

@@ -72,10 +72,7 @@ pub fn run(project: &Project, a: &Args) -> Result<Rebased> {
                 dir: &dir,
                 force: false,
                 dry_run: false,
-                protected: &[
-                    ("the project", &project.root),
-                    ("the cache", &project.cache_root()?),
-                ],
+                protected: &project.protected()?,
             },
         )?;
         conflicts = Some((dir.display().to_string(), a.to.display().to_string()));
