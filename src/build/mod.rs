@@ -63,6 +63,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "test-polykv-kv-policy",
     "test-polykv-turbo",
     "test-polykv-turbo-cuda",
+    "test-polykv-mtp",
 ];
 
 /// What the user asked for.
