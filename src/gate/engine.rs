@@ -128,6 +128,7 @@ pub fn parse_figures(spec: &Spec, text: &str, vars: &Vars) -> Result<BTreeMap<St
             Some(v) => {
                 out.insert(f.name.clone(), v);
             }
+            None if f.optional => {}
             None => bail!(
                 "figure `{}` not found in the output (regex `{}`)",
                 f.name,
@@ -468,6 +469,51 @@ mod tests {
 
     fn spec(toml_text: &str) -> Spec {
         toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn optional_figures() {
+        let s = spec(
+            r#"
+name = "t"
+description = "d"
+[[figures]]
+name = "always"
+regex = 'always ([0-9]+)'
+[[figures]]
+name = "sometimes"
+regex = 'sometimes ([0-9]+)'
+optional = true
+[[configs]]
+name = "plain"
+[[configs]]
+name = "needs_it"
+min = { sometimes = 1 }
+"#,
+        );
+        let v = Vars::new();
+        // missing, an optional figure leaves the row without it; a required one is still an error
+        let f = parse_figures(&s, "always 3\n", &v).unwrap();
+        assert_eq!(f.get("sometimes"), None);
+        assert!(parse_figures(&s, "sometimes 1\n", &v).is_err());
+        // a threshold on a missing optional figure fails the row that sets it, not the other
+        let mut rows = vec![
+            Row {
+                model: "m".into(),
+                config: "plain".into(),
+                figures: f.clone(),
+                ..Default::default()
+            },
+            Row {
+                model: "m".into(),
+                config: "needs_it".into(),
+                figures: f,
+                ..Default::default()
+            },
+        ];
+        assert!(!finish(&s, &mut rows, None));
+        assert!(rows[0].ok);
+        assert!(!rows[1].ok);
     }
 
     #[test]

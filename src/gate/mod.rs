@@ -166,6 +166,11 @@ pub struct Figure {
     /// `last` (default), `first`, `sum` or `count` (number of matches).
     #[serde(default = "default_agg")]
     pub agg: String,
+    /// Printed by some configurations only: where it is missing the row
+    /// goes without it instead of failing (a threshold on it still fails
+    /// such a row).
+    #[serde(default)]
+    pub optional: bool,
 }
 
 fn default_agg() -> String {
