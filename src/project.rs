@@ -309,6 +309,7 @@ impl Project {
             crate::gate::Kind::Decode => crate::gate::decode::run(spec, &ctx),
             crate::gate::Kind::SharedPool => crate::gate::shared_pool::run(spec, &ctx),
             crate::gate::Kind::AutoShare => crate::gate::shared_pool::auto::run(spec, &ctx),
+            crate::gate::Kind::MtpServer => crate::gate::shared_pool::mtp::run(spec, &ctx),
         };
         let baseline = crate::gate::baseline::load(&self.root.join("gates"), &spec.name)?;
         let mut result = GateResult {

@@ -34,6 +34,8 @@ pub enum Kind {
     SharedPool,
     /// Automatic cross-slot prefix sharing in llama-server (patch 0003, `--kv-share-prefix auto`).
     AutoShare,
+    /// MTP speculative decoding in llama-server over the polykv caches (patch 0005).
+    MtpServer,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -234,7 +236,8 @@ impl Spec {
                 spec.name
             );
         }
-        if spec.run.is_empty() {
+        // the mtp-server kind builds its servers' command lines itself (two models, with and without a draft)
+        if spec.run.is_empty() && spec.kind != Kind::MtpServer {
             bail!(
                 "{}: the gate has no `run` commands (in TOML, `run = [...]` must come before the first [table])",
                 path.display()

@@ -24,6 +24,7 @@ mod client;
 mod correctness;
 mod hostile;
 mod memory;
+pub mod mtp;
 mod robustness;
 mod validation;
 
