@@ -497,20 +497,15 @@ min = { sometimes = 1 }
         assert_eq!(f.get("sometimes"), None);
         assert!(parse_figures(&s, "sometimes 1\n", &v).is_err());
         // a threshold on a missing optional figure fails the row that sets it, not the other
-        let mut rows = vec![
-            Row {
+        let mut rows: Vec<Row> = ["plain", "needs_it"]
+            .iter()
+            .map(|config| Row {
                 model: "m".into(),
-                config: "plain".into(),
+                config: config.to_string(),
                 figures: f.clone(),
                 ..Default::default()
-            },
-            Row {
-                model: "m".into(),
-                config: "needs_it".into(),
-                figures: f,
-                ..Default::default()
-            },
-        ];
+            })
+            .collect();
         assert!(!finish(&s, &mut rows, None));
         assert!(rows[0].ok);
         assert!(!rows[1].ok);
