@@ -32,3 +32,6 @@ pub mod store;
 pub mod toolkit;
 pub mod tree;
 pub mod workdir;
+
+#[cfg(test)]
+mod layering;
