@@ -108,7 +108,7 @@ impl Project {
     /// The applied tree for a build. With `strict`, the workdir must hold
     /// the current chain without hand edits; otherwise the chain's tree is
     /// computed in the cache (for `--dry-run`).
-    pub fn applied(&self, dir: &Path, strict: bool) -> Result<crate::build::Applied> {
+    pub fn applied(&self, dir: &Path, strict: bool) -> Result<crate::build::AppliedTree> {
         let store = self.store()?;
         let (base, _) = self.base(&store, None, false)?;
         let series = self.series()?;
@@ -138,7 +138,7 @@ impl Project {
             .release
             .as_deref()
             .and_then(|r| r.trim_start_matches('b').parse().ok());
-        Ok(crate::build::Applied {
+        Ok(crate::build::AppliedTree {
             workdir: dir.to_path_buf(),
             tree,
             patches: series.patches.len(),
@@ -294,7 +294,7 @@ impl Project {
         let text = crate::gate::text::write_eval_text(&store.repo, base, out_dir)?;
         let scratch = out_dir.join(&spec.name);
         crate::fsx::create_dir_all(&scratch)?;
-        let ctx = crate::gate::engine::Ctx {
+        let ctx = crate::gate::engine::GateCtx {
             bin_dir: build_dir.join("bin"),
             tree: manifest.tree.clone(),
             models,

@@ -15,7 +15,7 @@ use crate::tree::{self, TreeWriter};
 
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
-pub enum Outcome {
+pub enum PatchOutcome {
     /// Applies strictly on the new base.
     Clean,
     /// The 3-way merge succeeded; the patch is regenerated against the new base.
@@ -26,13 +26,13 @@ pub enum Outcome {
     Conflict,
 }
 
-impl std::fmt::Display for Outcome {
+impl std::fmt::Display for PatchOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Outcome::Clean => "clean",
-            Outcome::Merged => "merged",
-            Outcome::AlreadyUpstream => "already-upstream",
-            Outcome::Conflict => "conflict",
+            PatchOutcome::Clean => "clean",
+            PatchOutcome::Merged => "merged",
+            PatchOutcome::AlreadyUpstream => "already-upstream",
+            PatchOutcome::Conflict => "conflict",
         })
     }
 }
@@ -58,7 +58,7 @@ pub struct ConflictRegion {
 #[derive(Debug, Clone, Serialize)]
 pub struct PatchReport {
     pub patch: String,
-    pub outcome: Outcome,
+    pub outcome: PatchOutcome,
     pub files: Vec<FileReport>,
     /// Upstream changes within 3 lines of the patch's hunks (semantic drift).
     pub drift: Vec<String>,
@@ -71,7 +71,7 @@ pub struct PatchReport {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub struct RebaseReport {
     pub from_tree: String,
     pub to_commit: String,
     pub to_tree: String,
@@ -305,7 +305,7 @@ fn merge_files(
     old_after: &Files,
     files: &mut Files,
     reports: &mut Vec<FileReport>,
-) -> Result<Outcome> {
+) -> Result<PatchOutcome> {
     let mut any_conflict = false;
     let mut any_change = false;
     for Touch {
@@ -428,11 +428,11 @@ fn merge_files(
         reports.push(fr);
     }
     Ok(if any_conflict {
-        Outcome::Conflict
+        PatchOutcome::Conflict
     } else if !any_change {
-        Outcome::AlreadyUpstream
+        PatchOutcome::AlreadyUpstream
     } else {
-        Outcome::Merged
+        PatchOutcome::Merged
     })
 }
 
@@ -444,11 +444,11 @@ pub fn plan(
     to_commit: &str,
     patches: &[PatchFile],
     drop_upstreamed: bool,
-) -> Result<(Report, Vec<NewPatch>)> {
+) -> Result<(RebaseReport, Vec<NewPatch>)> {
     let old_trees = apply::forward(repo, old_base, patches)
         .context("the current chain does not apply on the current pin; fix that first (`polykv-forge verify`)")?;
     let renames = upstream_renames(repo, old_base, new_base)?;
-    let mut report = Report {
+    let mut report = RebaseReport {
         from_tree: old_base.to_string(),
         to_commit: to_commit.to_string(),
         to_tree: new_base.to_string(),
@@ -466,7 +466,7 @@ pub fn plan(
         let after = old_trees[k];
         let mut pr = PatchReport {
             patch: p.file_name.clone(),
-            outcome: Outcome::Clean,
+            outcome: PatchOutcome::Clean,
             files: Vec::new(),
             drift: Vec::new(),
             markers_vanished: Vec::new(),
@@ -507,8 +507,8 @@ pub fn plan(
             }
         };
         // The rebased text, canonical, against the new base.
-        let conflicted = pr.outcome == Outcome::Conflict;
-        if pr.outcome == Outcome::AlreadyUpstream {
+        let conflicted = pr.outcome == PatchOutcome::Conflict;
+        if pr.outcome == PatchOutcome::AlreadyUpstream {
             if drop_upstreamed {
                 report.dropped.push(p.file_name.clone());
             } else {

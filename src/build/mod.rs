@@ -18,7 +18,7 @@ pub use host::Host;
 use ninja::{last_error, ninja_argv, ninja_progress, ninja_targets, resolve_targets};
 
 /// The plan for `req` on this machine (its facts probed now).
-pub fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
+pub fn plan(root: &Path, applied: &AppliedTree, req: &Request) -> Result<Plan> {
     plan::plan(
         root,
         applied,
@@ -80,7 +80,7 @@ pub struct Request {
 
 /// Everything about the applied tree the build needs.
 #[derive(Debug, Clone)]
-pub struct Applied {
+pub struct AppliedTree {
     pub workdir: PathBuf,
     pub tree: String,
     pub patches: usize,
@@ -288,14 +288,14 @@ pub fn check(plan: &Plan) -> Result<BuildManifest> {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Outcome {
+pub struct BuildOutcome {
     pub up_to_date: bool,
     pub manifest: BuildManifest,
     pub log: String,
 }
 
 /// Runs the plan unless the manifest already matches it and the artifacts are intact.
-pub fn run(plan: &Plan) -> Result<Outcome> {
+pub fn run(plan: &Plan) -> Result<BuildOutcome> {
     let dir = PathBuf::from(&plan.build_dir);
     let log_path = dir.join("forge-build.log");
     if let Some(why) = &plan.blocked {
@@ -315,7 +315,7 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
             && has_targets
             && check_artifacts(&dir, &m)?.is_empty()
         {
-            return Ok(Outcome {
+            return Ok(BuildOutcome {
                 up_to_date: true,
                 manifest: m,
                 log: log_path.display().to_string(),
@@ -369,7 +369,7 @@ pub fn run(plan: &Plan) -> Result<Outcome> {
         seconds: t.elapsed().as_secs_f64(),
     };
     fsx::write_atomic(&dir.join(MANIFEST), &serde_json::to_vec_pretty(&m)?)?;
-    Ok(Outcome {
+    Ok(BuildOutcome {
         up_to_date: false,
         manifest: m,
         log: log_path.display().to_string(),

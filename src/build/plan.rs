@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 
 use super::host::Host;
-use super::{Applied, Plan, Request, Variant, DEFAULT_TARGETS};
+use super::{AppliedTree, Plan, Request, Variant, DEFAULT_TARGETS};
 
 /// Architectures nvcc can build for, newest two of the common ones (e.g.
 /// `80;90`), from `nvcc --list-gpu-arch` (empty: both).
@@ -26,7 +26,7 @@ fn default_cuda_arch(listed: &str) -> String {
 /// host's facts only (no probing here: unit-testable on any machine).
 /// Long (about 165 lines) because it is one flat list of CMake options per
 /// variant, read top to bottom as the configure line it produces.
-pub fn plan(root: &Path, applied: &Applied, req: &Request, host: &Host) -> Result<Plan> {
+pub fn plan(root: &Path, applied: &AppliedTree, req: &Request, host: &Host) -> Result<Plan> {
     let build_dir = root.join("build").join(req.variant.name());
     let mut opts: Vec<(String, String)> = vec![
         ("CMAKE_BUILD_TYPE".into(), "Release".into()),
@@ -210,12 +210,12 @@ mod tests {
         }
     }
 
-    fn plan(root: &Path, applied: &Applied, req: &Request) -> Result<Plan> {
+    fn plan(root: &Path, applied: &AppliedTree, req: &Request) -> Result<Plan> {
         super::plan(root, applied, req, &host())
     }
 
-    fn applied() -> Applied {
-        Applied {
+    fn applied() -> AppliedTree {
+        AppliedTree {
             workdir: PathBuf::from("/w/llama.cpp"),
             tree: "ab".repeat(20),
             patches: 1,

@@ -39,7 +39,7 @@ impl CheckId {
 }
 
 /// What a registered check sees: the chain applied to the base.
-pub struct Ctx<'a> {
+pub struct VerifyCtx<'a> {
     pub repo: &'a Repository,
     pub base: Oid,
     pub patches: &'a [PatchFile],
@@ -52,7 +52,7 @@ pub struct Ctx<'a> {
     pub root: &'a Path,
 }
 
-impl Ctx<'_> {
+impl VerifyCtx<'_> {
     /// The tree the chain ends at.
     pub fn final_tree(&self) -> Oid {
         self.trees.last().copied().unwrap_or(self.base)
@@ -63,7 +63,7 @@ impl Ctx<'_> {
 /// applies (skipped otherwise) and returns its problems.
 pub trait Registered {
     fn id(&self) -> CheckId;
-    fn run(&self, ctx: &Ctx) -> Result<Vec<String>>;
+    fn run(&self, ctx: &VerifyCtx) -> Result<Vec<String>>;
 }
 
 #[derive(Debug, Serialize)]
@@ -86,7 +86,7 @@ pub struct PatchRow {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct VerifyReport {
     pub ok: bool,
     pub base_tree: String,
     pub final_tree: Option<String>,
@@ -100,7 +100,7 @@ impl Check {
     }
 }
 
-impl Report {
+impl VerifyReport {
     /// The result of one check.
     pub fn get(&self, id: CheckId) -> Option<&Check> {
         self.checks.iter().find(|c| c.id == id)
@@ -136,7 +136,7 @@ pub fn run(
     dir: &Path,
     root: &Path,
     registered: &[&dyn Registered],
-) -> Result<Report> {
+) -> Result<VerifyReport> {
     let mut checks = Vec::new();
     // 1. Strict forward apply.
     let mut trees: Vec<Oid> = Vec::new();
@@ -236,7 +236,7 @@ pub fn run(
         ));
 
         // 7. The registered checks (the generated files, from `gen`).
-        let ctx = Ctx {
+        let ctx = VerifyCtx {
             repo,
             base,
             patches,
@@ -251,7 +251,7 @@ pub fn run(
     }
 
     let ok = checks.iter().all(|c| c.ok);
-    Ok(Report {
+    Ok(VerifyReport {
         ok,
         base_tree: base.to_string(),
         final_tree: if applied {

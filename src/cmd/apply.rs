@@ -21,7 +21,7 @@ pub struct Args<'a> {
 }
 
 #[derive(Serialize)]
-pub struct Applied {
+pub struct ApplyReport {
     #[serde(flatten)]
     pub sync: workdir::SyncReport,
     #[serde(skip)]
@@ -34,7 +34,7 @@ pub struct Applied {
     seconds: f64,
 }
 
-pub fn run(project: &Project, a: &Args) -> Result<Applied> {
+pub fn run(project: &Project, a: &Args) -> Result<ApplyReport> {
     let t = Instant::now();
     let store = project.store()?;
     let (base, _) = project.base(&store, a.source, false)?;
@@ -85,7 +85,7 @@ pub fn run(project: &Project, a: &Args) -> Result<Applied> {
             protected: &protected,
         },
     )?;
-    Ok(Applied {
+    Ok(ApplyReport {
         sync,
         patches: patches.len(),
         last: patches
@@ -97,7 +97,7 @@ pub fn run(project: &Project, a: &Args) -> Result<Applied> {
     })
 }
 
-impl Report for Applied {
+impl Report for ApplyReport {
     fn human(&self) -> String {
         let r = &self.sync;
         let last = &self.last;

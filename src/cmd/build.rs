@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{short, Report};
-use crate::build::{self, BuildManifest, CompileCheck, Outcome, Plan, Variant};
+use crate::build::{self, BuildManifest, BuildOutcome, CompileCheck, Plan, Variant};
 use crate::project::Project;
 
 pub struct Args<'a> {
@@ -43,7 +43,7 @@ pub enum Built {
     },
     Built {
         #[serde(flatten)]
-        out: Outcome,
+        out: BuildOutcome,
         #[serde(skip)]
         plan: Box<Plan>,
         #[serde(skip)]

@@ -25,7 +25,7 @@ pub struct Args<'a> {
 #[derive(serde::Serialize)]
 #[serde(transparent)]
 pub struct Rebased {
-    pub report: crate::rebase::Report,
+    pub report: crate::rebase::RebaseReport,
     /// Where `--write-conflicts` left the stack, and the pin file.
     #[serde(skip)]
     conflicts: Option<(String, String)>,
@@ -186,7 +186,8 @@ impl Report for Rebased {
             say!("  dropped (already upstream): {d}");
         }
         let undecided = r.patches.iter().any(|p| {
-            p.outcome == crate::rebase::Outcome::AlreadyUpstream && !r.dropped.contains(&p.patch)
+            p.outcome == crate::rebase::PatchOutcome::AlreadyUpstream
+                && !r.dropped.contains(&p.patch)
         });
         if undecided {
             say!("  some patches are already upstream: rerun with --drop-upstreamed to drop them");

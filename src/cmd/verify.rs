@@ -16,7 +16,7 @@ pub struct Verified {
     pub pin: crate::manifest::Upstream,
     pub source: String,
     #[serde(flatten)]
-    pub report: chain::verify::Report,
+    pub report: chain::verify::VerifyReport,
     pub seconds: f64,
 }
 
@@ -25,7 +25,7 @@ pub struct Verified {
 pub fn check_chain(
     project: &Project,
     source: Option<&str>,
-) -> Result<(chain::verify::Report, String)> {
+) -> Result<(chain::verify::VerifyReport, String)> {
     let store = project.store()?;
     let (base, b) = project.base(&store, source, false)?;
     let series = project.series()?;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::report::{Check, GateResult, Row, Status};
+use super::report::{GateResult, Row, Status, ThresholdCheck};
 
 /// Which way a figure gets worse.
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
@@ -215,7 +215,11 @@ pub fn commit(
 
 /// The checks one row owes its baseline. Without a baseline value a held
 /// figure fails (threshold NaN cannot be stored in JSON: 0, op says why).
-pub fn checks(holds: &BTreeMap<String, Hold>, base: Option<&Baseline>, row: &Row) -> Vec<Check> {
+pub fn checks(
+    holds: &BTreeMap<String, Hold>,
+    base: Option<&Baseline>,
+    row: &Row,
+) -> Vec<ThresholdCheck> {
     holds
         .iter()
         .map(|(fig, hold)| {
@@ -225,14 +229,14 @@ pub fn checks(holds: &BTreeMap<String, Hold>, base: Option<&Baseline>, row: &Row
                 Better::Lower => "max",
             };
             match base.and_then(|b| b.value(&row.model, &row.config, fig)) {
-                Some(b) => Check {
+                Some(b) => ThresholdCheck {
                     figure: fig.clone(),
                     op: format!("{op} (baseline {b})"),
                     threshold: hold.bound(b),
                     value,
                     ok: value.is_some_and(|v| hold.holds(v, b)),
                 },
-                None => Check {
+                None => ThresholdCheck {
                     figure: fig.clone(),
                     op: format!("{op} (no baseline value)"),
                     threshold: 0.0,

@@ -11,7 +11,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::engine::Ctx;
+use super::engine::GateCtx;
 use super::report::Row;
 use super::server::{param_usize, post, start_for, tokens_of, Server};
 use super::{Config, Spec};
@@ -93,7 +93,7 @@ fn agreement(server: &Server, prompt: &[i64], generated: &[i64]) -> Result<BTree
     ]))
 }
 
-pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+pub fn run(spec: &Spec, ctx: &GateCtx) -> Vec<Row> {
     let n_prompt = param_usize(spec, "prompt_tokens", 1024);
     let n_gen = param_usize(spec, "gen_tokens", 256);
     let ref_name = spec

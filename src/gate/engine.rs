@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::report::{Check, Row};
+use super::report::{Row, ThresholdCheck};
 use super::{Config, Spec};
 
 /// What a gate run can refer to.
-pub struct Ctx {
+pub struct GateCtx {
     pub bin_dir: PathBuf,
     /// The applied tree the artifacts were built from.
     pub tree: String,
@@ -118,11 +118,11 @@ pub fn parse_figures(spec: &Spec, text: &str, vars: &Vars) -> Result<BTreeMap<St
             .filter_map(|c| c.get(1).and_then(|m| m.as_str().trim().parse::<f64>().ok()))
             .collect();
         let count = re.find_iter(text).count();
-        let v = match f.agg.as_str() {
-            "count" => Some(count as f64),
-            "sum" => (!values.is_empty()).then(|| values.iter().sum()),
-            "first" => values.first().copied(),
-            _ => values.last().copied(),
+        let v = match f.agg {
+            super::Agg::Count => Some(count as f64),
+            super::Agg::Sum => (!values.is_empty()).then(|| values.iter().sum()),
+            super::Agg::First => values.first().copied(),
+            super::Agg::Last => values.last().copied(),
         };
         match v {
             Some(v) => {
@@ -152,7 +152,7 @@ fn safe(s: &str) -> String {
 }
 
 /// Runs a `command` gate: setup per model, run per model × configuration.
-pub fn run_commands(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+pub fn run_commands(spec: &Spec, ctx: &GateCtx) -> Vec<Row> {
     let mut rows = Vec::new();
     let timeout = Duration::from_secs(spec.timeout_s);
     let configs: Vec<Config> = if spec.configs.is_empty() {
@@ -303,7 +303,7 @@ pub fn finish(spec: &Spec, rows: &mut [Row], baseline: Option<&super::baseline::
             r.figures
                 .insert("frontier_ok".into(), if on { 1.0 } else { 0.0 });
             let report_only = f.report_only.iter().any(|x| x.covers(&r.model, &r.config));
-            checks.push(Check {
+            checks.push(ThresholdCheck {
                 figure: f.figure.clone(),
                 op: format!(
                     "frontier({}){}",
@@ -324,7 +324,7 @@ pub fn finish(spec: &Spec, rows: &mut [Row], baseline: Option<&super::baseline::
                     (Some(v), _) => v <= *th,
                     (None, _) => false,
                 };
-                checks.push(Check {
+                checks.push(ThresholdCheck {
                     figure: fig.clone(),
                     op: op.to_string(),
                     threshold: *th,
@@ -344,7 +344,7 @@ pub fn finish(spec: &Spec, rows: &mut [Row], baseline: Option<&super::baseline::
                     .iter()
                     .find(|(m, name, _)| *m == r.model && name == other)
                     .and_then(|(_, _, f)| f.get(fig).copied());
-                checks.push(Check {
+                checks.push(ThresholdCheck {
                     figure: fig.clone(),
                     op: format!("below({other})"),
                     // JSON has no NaN: a missing reference shows as 0 and fails.
@@ -469,6 +469,13 @@ mod tests {
 
     fn spec(toml_text: &str) -> Spec {
         toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn unknown_agg_is_refused() {
+        let text = "name = \"t\"\ndescription = \"d\"\nrun = [[\"true\"]]\n[[figures]]\nname = \"a\"\nregex = '(1)'\nagg = \"median\"\n";
+        let e = toml::from_str::<Spec>(text).unwrap_err().to_string();
+        assert!(e.contains("median") && e.contains("last"), "{e}");
     }
 
     #[test]

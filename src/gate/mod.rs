@@ -165,9 +165,9 @@ pub struct Figure {
     pub name: String,
     /// A regex with one capture group holding the number.
     pub regex: String,
-    /// `last` (default), `first`, `sum` or `count` (number of matches).
-    #[serde(default = "default_agg")]
-    pub agg: String,
+    /// Which match counts: `last` (default), `first`, `sum` or `count`.
+    #[serde(default)]
+    pub agg: Agg,
     /// Printed by some configurations only: where it is missing the row
     /// goes without it instead of failing (a threshold on it still fails
     /// such a row).
@@ -175,8 +175,19 @@ pub struct Figure {
     pub optional: bool,
 }
 
-fn default_agg() -> String {
-    "last".into()
+/// How a figure is read off its regex's matches.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Agg {
+    /// The last match's number.
+    #[default]
+    Last,
+    /// The first match's number.
+    First,
+    /// The sum of all matches' numbers.
+    Sum,
+    /// How many times the regex matches.
+    Count,
 }
 
 /// `figure` of a row divided by the same figure in the row of configuration
@@ -247,13 +258,6 @@ impl Spec {
         for f in &spec.figures {
             regex::Regex::new(&placeholder.replace_all(&f.regex, "x"))
                 .with_context(|| format!("{}: figure {}: bad regex", path.display(), f.name))?;
-            if !["last", "first", "sum", "count"].contains(&f.agg.as_str()) {
-                bail!(
-                    "{}: figure {}: agg must be last, first, sum or count",
-                    path.display(),
-                    f.name
-                );
-            }
         }
         for d in &spec.derived {
             match (&d.over, &d.per) {

@@ -6,7 +6,7 @@
 use anyhow::Result;
 use serde_json::json;
 
-use super::engine::Ctx;
+use super::engine::GateCtx;
 use super::report::Row;
 use super::server::{count_tokens, param_f64s, post, rows_by_config, start_for};
 use super::Spec;
@@ -39,7 +39,7 @@ fn haystack(text: &str, chars_per_token: f64, tokens: usize, depth: f64, code: u
     hay
 }
 
-pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+pub fn run(spec: &Spec, ctx: &GateCtx) -> Vec<Row> {
     let lengths: Vec<usize> = param_f64s(spec, "lengths", &[1500.0, 6000.0])
         .into_iter()
         .map(|v| v as usize)
@@ -53,7 +53,7 @@ pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
 
 fn one(
     spec: &Spec,
-    ctx: &Ctx,
+    ctx: &GateCtx,
     model: &str,
     c: &super::Config,
     text: &str,

@@ -13,7 +13,7 @@ pub enum Status {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Check {
+pub struct ThresholdCheck {
     pub figure: String,
     pub op: String,
     pub threshold: f64,
@@ -26,7 +26,7 @@ pub struct Row {
     pub model: String,
     pub config: String,
     pub figures: BTreeMap<String, f64>,
-    pub checks: Vec<Check>,
+    pub checks: Vec<ThresholdCheck>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub seconds: f64,
@@ -184,7 +184,7 @@ pub fn load_latest(dir: &std::path::Path, gate: &str) -> anyhow::Result<Option<G
 }
 
 /// A failed check in words: `top1 40 < 59.250 (baseline 62.5)`.
-fn describe_failed(k: &Check) -> String {
+fn describe_failed(k: &ThresholdCheck) -> String {
     // "min (baseline 90)": the floor comes from the committed baseline
     let why =
         k.op.split_once(' ')
@@ -425,7 +425,7 @@ mod stale_tests {
             model: "m".into(),
             config: "turbo2".into(),
             figures: BTreeMap::from([("top1".into(), 40.0)]),
-            checks: vec![Check {
+            checks: vec![ThresholdCheck {
                 figure: "top1".into(),
                 op: "min (baseline 62.5)".into(),
                 threshold: 59.25,

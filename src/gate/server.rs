@@ -151,7 +151,7 @@ pub fn rows_by_config(
 /// configuration on a free port; the log goes to the gate's scratch folder.
 pub fn start_for(
     spec: &Spec,
-    ctx: &super::engine::Ctx,
+    ctx: &super::engine::GateCtx,
     model: &str,
     c: &super::Config,
 ) -> Result<Server> {

@@ -205,7 +205,7 @@ impl crate::chain::verify::Registered for GeneratedCheck {
         crate::chain::verify::CheckId::Generated
     }
 
-    fn run(&self, ctx: &crate::chain::verify::Ctx) -> Result<Vec<String>> {
+    fn run(&self, ctx: &crate::chain::verify::VerifyCtx) -> Result<Vec<String>> {
         check(ctx.repo, ctx.final_tree(), &outputs_in(ctx.dir, ctx.root)?)
     }
 }

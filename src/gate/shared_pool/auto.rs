@@ -32,7 +32,7 @@ use super::client::*;
 use super::correctness::{agents, compare, Verdict};
 use super::*;
 
-pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+pub fn run(spec: &Spec, ctx: &GateCtx) -> Vec<Row> {
     run_parts(spec, ctx, |j| j.run_auto())
 }
 

@@ -32,7 +32,7 @@ use client::*;
 use correctness::correctness;
 use robustness::robustness;
 
-use super::engine::Ctx;
+use super::engine::GateCtx;
 use super::report::Row;
 use super::server::{param_usize, rows_by_config, start_for, Server};
 use super::{Config, Spec};
@@ -53,7 +53,7 @@ pub(super) const NOTE: &str =
 pub(super) const VAULT_QUESTION: &str =
     "\n\nQuestion: What is the vault number?\nAnswer: The vault number is";
 
-pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+pub fn run(spec: &Spec, ctx: &GateCtx) -> Vec<Row> {
     run_parts(spec, ctx, |j| j.run())
 }
 
@@ -61,7 +61,7 @@ pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
 /// table per part.
 pub(super) fn run_parts(
     spec: &Spec,
-    ctx: &Ctx,
+    ctx: &GateCtx,
     part: impl Fn(&Job) -> Result<Figures>,
 ) -> Vec<Row> {
     let text = std::fs::read_to_string(&ctx.text).unwrap_or_default();
@@ -87,7 +87,7 @@ pub(super) fn run_parts(
 /// One configuration of one model.
 pub(super) struct Job<'a> {
     pub(super) spec: &'a Spec,
-    pub(super) ctx: &'a Ctx,
+    pub(super) ctx: &'a GateCtx,
     pub(super) model: &'a str,
     pub(super) c: &'a Config,
     pub(super) text: &'a str,

@@ -39,7 +39,7 @@ use crate::gate::server::{call, param_f64s, start, tokens_of};
 const P_TOKENS: usize = 200;
 const S_TOKENS: usize = 20;
 
-pub fn run(spec: &Spec, ctx: &Ctx) -> Vec<Row> {
+pub fn run(spec: &Spec, ctx: &GateCtx) -> Vec<Row> {
     let made = generate(spec, ctx);
     spec.configs
         .iter()
@@ -73,7 +73,7 @@ struct Models {
     nextn: PathBuf,
 }
 
-fn generate(spec: &Spec, ctx: &Ctx) -> Result<Models> {
+fn generate(spec: &Spec, ctx: &GateCtx) -> Result<Models> {
     std::fs::create_dir_all(&ctx.scratch)?;
     let bin = ctx.bin_dir.join("test-polykv-mtp");
     let log = ctx.scratch.join("generate.log");
@@ -103,7 +103,7 @@ fn generate(spec: &Spec, ctx: &Ctx) -> Result<Models> {
     })
 }
 
-fn part(spec: &Spec, ctx: &Ctx, c: &Config, m: &Models) -> Result<Figures> {
+fn part(spec: &Spec, ctx: &GateCtx, c: &Config, m: &Models) -> Result<Figures> {
     let var = |k: &str| c.vars.get(k).map(String::as_str);
     let kv: Vec<String> = var("kv")
         .context("a configuration needs `kv` (its cache arguments)")?
