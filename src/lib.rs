@@ -16,6 +16,7 @@ pub mod gate;
 pub mod gen;
 pub mod hostcpu;
 pub mod http;
+pub mod install;
 pub mod manifest;
 pub mod model;
 pub mod paths;

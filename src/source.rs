@@ -193,7 +193,8 @@ fn verify_sha256(file: &Path, expected: &str) -> Result<()> {
 }
 
 /// Downloads a source distribution with the machine's own pip, verifies its
-/// hash, and keeps it content-addressed under the cache's downloads/.
+/// hash, and keeps it content-addressed under the cache's downloads/
+/// (`install::Install`: a kept file whose hash is wrong is downloaded again).
 pub fn pip_download_sdist(
     store: &Store,
     package: &str,
@@ -201,47 +202,27 @@ pub fn pip_download_sdist(
     sha256: &str,
 ) -> Result<PathBuf> {
     let dl = store.downloads_dir();
-    crate::fsx::create_dir_all(&dl)?;
     let kept = dl.join(format!("{sha256}.sdist"));
-    if kept.exists() && sha256_file(&kept)? == sha256 {
-        return Ok(kept);
-    }
-    let tmp = tempfile::tempdir_in(&dl).context("creating a download directory")?;
-    let spec = format!("{package}=={version}");
-    let python = std::env::var("POLYKV_FORGE_PYTHON").unwrap_or_else(|_| "python3".into());
-    crate::progress::note(&format!(
-        "vendor: pip download {spec} (source distribution)"
-    ));
-    crate::proc::Cmd::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            package,
-            "-d",
-        ])
-        .arg(tmp.path())
-        .arg(&spec)
-        .read()
-        .with_context(|| {
-            format!("`{python} -m pip download {spec}` failed (is Python with pip installed?)")
-        })?;
-    let mut files: Vec<PathBuf> = std::fs::read_dir(tmp.path())
-        .context("listing the download directory")?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    if files.len() != 1 {
-        bail!(
-            "`pip download {spec}` left {} files, expected one sdist",
-            files.len()
-        );
-    }
-    let file = files.remove(0);
-    verify_sha256(&file, sha256)?;
-    std::fs::rename(&file, &kept).with_context(|| format!("keeping {}", kept.display()))?;
-    Ok(kept)
+    let ready = |p: &Path| p.is_file() && sha256_file(p).is_ok_and(|h| h == sha256);
+    let install = crate::install::Install {
+        dest: &kept,
+        lock: &dl.join("sdists.lock"),
+        ready: &ready,
+        refresh: false,
+    };
+    install.run(|tmp| {
+        let spec = format!("{package}=={version}");
+        crate::progress::note(&format!(
+            "vendor: pip download {spec} (source distribution)"
+        ));
+        let scratch = tmp
+            .parent()
+            .context("a staging path has no parent")?
+            .join("pip");
+        let file = crate::pip::download(&spec, crate::pip::Dist::Sdist { package }, &scratch)?;
+        verify_sha256(&file, sha256)?;
+        std::fs::rename(&file, tmp).with_context(|| format!("keeping {}", kept.display()))
+    })
 }
 
 fn fetch_url(store: &Store, url: &str, sha256: &str) -> Result<PathBuf> {

@@ -116,41 +116,4 @@ impl Store {
     }
 }
 
-/// Takes an exclusive advisory lock on `path`, waiting (with a message) when
-/// another process holds it.
-pub fn lock_file(path: &Path) -> Result<File> {
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening lock file {}", path.display()))?;
-    if file.try_lock().is_err() {
-        crate::progress::note(&format!(
-            "waiting for the lock {} held by another polykv-forge",
-            path.display()
-        ));
-        file.lock()
-            .with_context(|| format!("locking {}", path.display()))?;
-    }
-    Ok(file)
-}
-
-/// Takes the lock if free; `Ok(None)` when another process holds it.
-pub fn try_lock_file(path: &Path) -> Result<Option<File>> {
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("opening lock file {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("locking {}", path.display()))
-        }
-    }
-}
+pub use crate::install::{lock_file, try_lock_file};

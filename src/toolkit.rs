@@ -63,22 +63,26 @@ fn keep(rel: &str, only: Option<&[&str]>) -> bool {
 }
 
 /// Installs the toolkit into the cache (nothing to do when it is there and
-/// `refresh` is false); returns its home. Written into a temporary directory
-/// beside it and moved into place: never half a toolkit.
+/// `refresh` is false); returns its home. Made beside it and moved into
+/// place (`install::Install`): never half a toolkit.
 pub fn install_cuda(cache_root: &Path, refresh: bool) -> Result<PathBuf> {
     let home = cuda_home_in(cache_root);
     let parent = home.parent().context("toolkit path has no parent")?;
-    crate::fsx::create_dir_all(parent)?;
-    let _lock = crate::store::lock_file(&parent.join("toolkits.lock"))?;
-    if home.join(".complete").is_file() && !refresh {
-        return Ok(home);
-    }
-    let stage = tempfile::Builder::new()
-        .prefix(".cuda-")
-        .tempdir_in(parent)
-        .context("creating a staging directory")?;
-    let root = stage.path().join("home");
-    let dl = stage.path().join("wheels");
+    let install = crate::install::Install {
+        dest: &home,
+        lock: &parent.join("toolkits.lock"),
+        ready: &|h: &Path| h.join(".complete").is_file(),
+        refresh,
+    };
+    install.run(make_cuda_home)
+}
+
+/// The wheels unpacked into `root`, the links and stub added, nvcc run once.
+fn make_cuda_home(root: &Path) -> Result<()> {
+    let dl = root
+        .parent()
+        .context("a staging path has no parent")?
+        .join("wheels");
     for (i, (package, version, only)) in WHEELS.iter().enumerate() {
         let spec = format!("{package}=={version}");
         crate::progress::note(&format!(
@@ -87,23 +91,17 @@ pub fn install_cuda(cache_root: &Path, refresh: bool) -> Result<PathBuf> {
             WHEELS.len()
         ));
         let wheel = crate::pip::download_wheel(&spec, &dl.join(package))?;
-        unpack(&wheel, &root, *only)?;
+        unpack(&wheel, root, *only)?;
         std::fs::remove_file(&wheel).ok();
     }
-    finish(&root)?;
+    finish(root)?;
     let nvcc = root.join("bin/nvcc");
     let v = crate::proc::Cmd::new(&nvcc)
         .arg("--version")
         .read()
         .context("the unpacked nvcc does not run")?;
     std::fs::write(root.join(".complete"), &v.stdout)?;
-    if home.exists() {
-        std::fs::remove_dir_all(&home)
-            .with_context(|| format!("removing the old {}", home.display()))?;
-    }
-    std::fs::rename(&root, &home)
-        .with_context(|| format!("moving the toolkit to {}", home.display()))?;
-    Ok(home)
+    Ok(())
 }
 
 /// Unpacks the kept members of one wheel below `root`, with their modes.
