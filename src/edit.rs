@@ -416,7 +416,9 @@ pub const PENDING_MANIFEST: &str = ".pending-vendor-manifest.toml";
 
 /// The new manifest an interrupted series write left in patches/, if any.
 pub fn pending_manifest(root: &Path) -> Option<PathBuf> {
-    let p = root.join("patches").join(PENDING_MANIFEST);
+    let p = crate::layout::Layout::new(root)
+        .patches()
+        .join(PENDING_MANIFEST);
     p.exists().then_some(p)
 }
 
@@ -424,7 +426,9 @@ pub fn pending_manifest(root: &Path) -> Option<PathBuf> {
 /// the patches are in place, the manifest that goes with them is beside
 /// them. Rolls forward. Returns whether anything was done.
 pub fn finish_pending(root: &Path) -> Result<bool> {
-    let pending = root.join("patches").join(PENDING_MANIFEST);
+    let pending = crate::layout::Layout::new(root)
+        .patches()
+        .join(PENDING_MANIFEST);
     if !pending.exists() {
         return Ok(false);
     }
@@ -459,7 +463,7 @@ pub fn stage_series(
     fsx::create_dir_all(dir)?;
     let (staging, temp) = if dry_run {
         let t = tempfile::tempdir().context("creating a temporary directory")?;
-        (t.path().join("patches"), Some(t))
+        (crate::layout::Layout::new(t.path()).patches(), Some(t))
     } else {
         (fsx::sibling(dir, "export-staging"), None)
     };

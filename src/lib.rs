@@ -17,6 +17,7 @@ pub mod gen;
 pub mod hostcpu;
 pub mod http;
 pub mod install;
+pub mod layout;
 pub mod manifest;
 pub mod model;
 pub mod paths;

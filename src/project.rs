@@ -42,11 +42,16 @@ impl Project {
             None => Manifest::load(&root.join(crate::manifest::FILE_NAME))?,
         };
         Ok(Project {
-            patches_dir: root.join("patches"),
+            patches_dir: crate::layout::Layout::new(&root).patches(),
             root,
             manifest,
             cache: cache.map(Path::to_path_buf),
         })
+    }
+
+    /// The project's folders, named once.
+    pub fn layout(&self) -> crate::layout::Layout {
+        crate::layout::Layout::new(&self.root)
     }
 
     /// Rolls an interrupted series write forward (the new manifest into
@@ -156,7 +161,7 @@ impl Project {
     ) -> Result<crate::gate::report::GateResult> {
         use crate::gate::report::Status;
         let t = Instant::now();
-        let out_dir = self.root.join("build").join("gates");
+        let out_dir = self.layout().gate_results();
         crate::fsx::create_dir_all(&out_dir)?;
         let mut result = self.gate_inner(spec, dir, &out_dir)?;
         if result.status != Status::Skipped {
@@ -170,9 +175,8 @@ impl Project {
     fn save_result(&self, r: &crate::gate::report::GateResult) -> Result<()> {
         crate::fsx::write_atomic(
             &self
-                .root
-                .join("build")
-                .join("gates")
+                .layout()
+                .gate_results()
                 .join(format!("{}.json", r.gate)),
             &serde_json::to_vec_pretty(r)?,
         )
@@ -301,7 +305,7 @@ impl Project {
             text,
             scratch,
             python,
-            gates_dir: self.root.join("gates"),
+            gates_dir: self.layout().gates(),
         };
         let rows = match spec.kind {
             crate::gate::Kind::Command => crate::gate::engine::run_commands(spec, &ctx),
@@ -311,7 +315,7 @@ impl Project {
             crate::gate::Kind::AutoShare => crate::gate::shared_pool::auto::run(spec, &ctx),
             crate::gate::Kind::MtpServer => crate::gate::shared_pool::mtp::run(spec, &ctx),
         };
-        let baseline = crate::gate::baseline::load(&self.root.join("gates"), &spec.name)?;
+        let baseline = crate::gate::baseline::load(&self.layout().gates(), &spec.name)?;
         let mut result = GateResult {
             gate: spec.name.clone(),
             description: spec.description.clone(),
@@ -344,7 +348,7 @@ impl Project {
     }
 
     pub fn default_workdir(&self) -> PathBuf {
-        self.root.join("work").join("llama.cpp")
+        self.layout().workdir()
     }
 }
 

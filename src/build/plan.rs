@@ -27,7 +27,7 @@ fn default_cuda_arch(listed: &str) -> String {
 /// Long (about 165 lines) because it is one flat list of CMake options per
 /// variant, read top to bottom as the configure line it produces.
 pub fn plan(root: &Path, applied: &AppliedTree, req: &Request, host: &Host) -> Result<Plan> {
-    let build_dir = root.join("build").join(req.variant.name());
+    let build_dir = crate::layout::Layout::new(root).build(req.variant.name());
     let mut opts: Vec<(String, String)> = vec![
         ("CMAKE_BUILD_TYPE".into(), "Release".into()),
         ("BUILD_SHARED_LIBS".into(), "ON".into()),

@@ -17,7 +17,7 @@ pub fn run(
     let store = project.store()?;
     let (base, _) = project.base(&store, source, false)?;
     let series = project.series()?;
-    let dir = super::dir_or(dir, project.root.join("work").join("edit"))?;
+    let dir = super::dir_or(dir, project.layout().edit_stack())?;
     let protected = project.protected()?;
     edit::edit(
         &store.repo,

@@ -41,7 +41,7 @@ pub fn run(project: &Project, a: &Args) -> Result<ExportReport> {
             (git2::Oid::from_str(&b.tree)?, Some(text))
         }
     };
-    let from = super::dir_or(a.from, project.root.join("work").join("edit"))?;
+    let from = super::dir_or(a.from, project.layout().edit_stack())?;
     edit::export(
         &store.repo,
         base,

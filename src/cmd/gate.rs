@@ -13,7 +13,7 @@ use crate::gate::Spec;
 use crate::project::Project;
 
 fn load(project: &Project) -> Result<Vec<Spec>> {
-    Ok(crate::gate::load_all(&project.root.join("gates"))?
+    Ok(crate::gate::load_all(&project.layout().gates())?
         .into_iter()
         .map(|(_, g)| g)
         .collect())
@@ -27,7 +27,7 @@ fn find<'a>(gates: &'a [Spec], name: &str) -> Result<&'a Spec> {
 }
 
 fn results_dir(project: &Project) -> PathBuf {
-    project.root.join("build").join("gates")
+    project.layout().gate_results()
 }
 
 #[derive(Serialize)]
@@ -113,7 +113,7 @@ pub fn baseline(project: &Project, names: &[String], dry_run: bool) -> Result<Ba
         crate::gate::engine::judge(&spec.as_run(&r), &mut r, None);
         let configs: Vec<String> = spec.configs.iter().map(|c| c.name.clone()).collect();
         let (out, b) = crate::gate::baseline::commit(
-            &project.root.join("gates"),
+            &project.layout().gates(),
             &spec.baseline,
             &r,
             &configs,

@@ -79,7 +79,7 @@ pub struct Wrote {
 /// `gen`: writes the generated files into the stack in `dir` (default work/edit).
 pub fn write(project: &Project, dir: Option<&Path>, dry_run: bool) -> Result<Wrote> {
     let outputs = crate::gen::outputs(&project.patches_dir)?;
-    let stack = super::dir_or(dir, project.root.join("work").join("edit"))?;
+    let stack = super::dir_or(dir, project.layout().edit_stack())?;
     Ok(Wrote {
         written: crate::gen::write(&stack, &outputs, dry_run)?,
         stack: stack.display().to_string(),
