@@ -18,6 +18,9 @@ pub struct Project {
     pub manifest: Manifest,
     pub patches_dir: PathBuf,
     pub cache: Option<PathBuf>,
+    /// The tree the chain ends at and its patch count, computed once per
+    /// command (the base materialized, the series applied forward).
+    chain_tip: std::sync::OnceLock<(String, usize)>,
 }
 
 impl Project {
@@ -46,6 +49,7 @@ impl Project {
             root,
             manifest,
             cache: cache.map(Path::to_path_buf),
+            chain_tip: std::sync::OnceLock::new(),
         })
     }
 
@@ -110,15 +114,29 @@ impl Project {
         Series::load(&self.patches_dir)
     }
 
-    /// The applied tree for a build. With `strict`, the workdir must hold
-    /// the current chain without hand edits; otherwise the chain's tree is
-    /// computed in the cache (for `--dry-run`).
-    pub fn applied(&self, dir: &Path, strict: bool) -> Result<crate::build::AppliedTree> {
+    /// The tree the chain ends at and its number of patches: the base
+    /// materialized and the series applied once per command, then reused
+    /// (by every gate of a `gate run`, by `build` twice).
+    fn chain_tip(&self) -> Result<(String, usize)> {
+        if let Some(tip) = self.chain_tip.get() {
+            return Ok(tip.clone());
+        }
         let store = self.store()?;
         let (base, _) = self.base(&store, None, false)?;
         let series = self.series()?;
         let trees = chain::apply::forward(&store.repo, base, &series.patches)?;
-        let tree = trees.last().copied().unwrap_or(base).to_string();
+        let tip = (
+            trees.last().copied().unwrap_or(base).to_string(),
+            series.patches.len(),
+        );
+        Ok(self.chain_tip.get_or_init(|| tip).clone())
+    }
+
+    /// The applied tree for a build. With `strict`, the workdir must hold
+    /// the current chain without hand edits; otherwise the chain's tree is
+    /// computed in the cache (for `--dry-run`).
+    pub fn applied(&self, dir: &Path, strict: bool) -> Result<crate::build::AppliedTree> {
+        let (tree, patches) = self.chain_tip()?;
         if strict {
             let ins = workdir::inspect(dir)?;
             let at = ins.state.as_ref().map(|s| s.tree.clone());
@@ -146,7 +164,7 @@ impl Project {
         Ok(crate::build::AppliedTree {
             workdir: dir.to_path_buf(),
             tree,
-            patches: series.patches.len(),
+            patches,
             release_number,
             commit: self.manifest.upstream.commit.clone(),
         })
