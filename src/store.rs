@@ -116,4 +116,4 @@ impl Store {
     }
 }
 
-pub use crate::install::{lock_file, try_lock_file};
+use crate::install::lock_file;

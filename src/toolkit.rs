@@ -90,7 +90,7 @@ fn make_cuda_home(root: &Path) -> Result<()> {
             i + 1,
             WHEELS.len()
         ));
-        let wheel = crate::pip::download_wheel(&spec, &dl.join(package))?;
+        let wheel = crate::pip::download(&spec, crate::pip::Dist::Wheel, &dl.join(package))?;
         unpack(&wheel, root, *only)?;
         std::fs::remove_file(&wheel).ok();
     }

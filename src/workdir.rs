@@ -242,9 +242,9 @@ pub fn sync(repo: &Repository, req: &SyncRequest) -> Result<SyncReport> {
             fsx::create_dir_all(parent)?;
         }
         Some(if req.wait {
-            crate::store::lock_file(&req.lock)?
+            crate::install::lock_file(&req.lock)?
         } else {
-            crate::store::try_lock_file(&req.lock)?.with_context(|| {
+            crate::install::try_lock_file(&req.lock)?.with_context(|| {
                 format!(
                     "{} is locked by another polykv-forge run (lock {}); wait for it or drop --no-wait",
                     dir.display(),

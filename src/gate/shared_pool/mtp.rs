@@ -308,17 +308,11 @@ fn nextn(srv: &Server) -> Result<Figures> {
     let n_predict = 48;
     let (p, s) = prompts(n_agents);
     // without sharing, one after another
-    let mut alone = Vec::new();
-    for si in &s {
-        let (st, v) = call(
-            port,
-            "POST",
-            "/completion",
-            Some(&body(&cat(&p, si), n_predict)),
-        )?;
-        ensure!(st == 200, "/completion answered {st}: {v}");
-        alone.push(v);
-    }
+    let alone = answers(
+        port,
+        s.iter().map(|si| body(&cat(&p, si), n_predict)).collect(),
+        true,
+    )?;
     // the pool, then the same agents sharing its prefix, at once
     fill_pool(port, POOL, &p)?;
     let shared_body = |si: &[i64]| {
