@@ -29,7 +29,7 @@ def metrics(port):
             out[name[len("llamacpp:"):]] = float(value)
     for k in ("kv_cells_used", "kv_cell_refs", "kv_share_auto_requests_total"):
         if k not in out:
-            sys.exit(f"/metrics has no llamacpp:{k} (is patch 0003 in the build, and --metrics on?)")
+            sys.exit(f"/metrics has no llamacpp:{k} (is patch 0007 in the build, and --metrics on?)")
     return out
 
 

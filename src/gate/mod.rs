@@ -30,11 +30,11 @@ pub enum Kind {
     Needle,
     /// Teacher-forced single-token decode against the reference configuration's greedy tokens.
     Decode,
-    /// SharedKVPool in llama-server: correctness, memory, robustness, validation (patch 0003).
+    /// SharedKVPool in llama-server: correctness, memory, robustness, validation (patch 0007).
     SharedPool,
-    /// Automatic cross-slot prefix sharing in llama-server (patch 0003, `--kv-share-prefix auto`).
+    /// Automatic cross-slot prefix sharing in llama-server (patch 0007, `--kv-share-prefix auto`).
     AutoShare,
-    /// MTP speculative decoding in llama-server over the polykv caches (patch 0005).
+    /// MTP speculative decoding in llama-server over the polykv caches (patch 0009).
     MtpServer,
 }
 

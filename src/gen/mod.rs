@@ -18,7 +18,7 @@
 //! [[families]]
 //! path = "kernels/fattn-vec.toml"
 //! backend = "cuda"
-//! patch = "0004"
+//! patch = "0008"
 //! ```
 //!
 //! `gen` writes them into the edit stack; `gen --check` (and `verify`)

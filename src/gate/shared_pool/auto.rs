@@ -1,4 +1,4 @@
-//! The auto-share gate (patch 0003, `llama-server --kv-share-prefix auto`):
+//! The auto-share gate (patch 0007, `llama-server --kv-share-prefix auto`):
 //! requests that name no pool get, by reference, the cells of the longest
 //! prefix of their prompt that another slot holds, or wait for the slot that
 //! is evaluating it. Clients change nothing: no request here names a pool,

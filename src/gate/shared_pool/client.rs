@@ -91,7 +91,7 @@ pub(super) fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
     out
 }
 
-/// The server's `/metrics`, which must carry patch 0003's KV figures.
+/// The server's `/metrics`, which must carry patch 0007's KV figures.
 pub(super) fn metrics(port: u16) -> Result<BTreeMap<String, f64>> {
     let (st, text) = crate::http::request(port, "GET", "/metrics", None, Duration::from_secs(60))?;
     ensure!(
@@ -102,7 +102,7 @@ pub(super) fn metrics(port: u16) -> Result<BTreeMap<String, f64>> {
     for k in ["kv_cells", "kv_cells_used", "kv_cell_refs", "kv_bytes"] {
         ensure!(
             out.contains_key(k),
-            "/metrics has no llamacpp:{k} (is patch 0003 in the build?)"
+            "/metrics has no llamacpp:{k} (is patch 0007 in the build?)"
         );
     }
     Ok(out)
@@ -345,7 +345,7 @@ pub(super) fn wait_idle(port: u16) -> Result<()> {
     Ok(())
 }
 
-/// Running tasks the server says their clients cancelled (patch 0003's counter).
+/// Running tasks the server says their clients cancelled (patch 0007's counter).
 pub(super) fn cancelled_total(port: u16) -> Result<f64> {
     figure(&metrics(port)?, "tasks_cancelled_total")
 }
@@ -354,7 +354,7 @@ pub(super) fn cancelled_total(port: u16) -> Result<f64> {
 pub(super) fn figure(m: &BTreeMap<String, f64>, k: &str) -> Result<f64> {
     m.get(k)
         .copied()
-        .with_context(|| format!("/metrics has no llamacpp:{k} (is patch 0003 in the build?)"))
+        .with_context(|| format!("/metrics has no llamacpp:{k} (is patch 0007 in the build?)"))
 }
 
 #[cfg(test)]

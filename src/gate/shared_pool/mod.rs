@@ -1,4 +1,4 @@
-//! The shared-pool gate (patch 0003, SharedKVPool in llama-server). One slot
+//! The shared-pool gate (patch 0007, SharedKVPool in llama-server). One slot
 //! of a `--kv-unified` server holds a document (the pool); agents name it in
 //! `shared_pool_slot`, get its cells added to their own sequence and evaluate
 //! only their private suffix. Each configuration names one part:

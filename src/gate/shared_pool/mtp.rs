@@ -1,4 +1,4 @@
-//! The mtp-server gate (patch 0005): llama-server drafting with an MTP head
+//! The mtp-server gate (patch 0009): llama-server drafting with an MTP head
 //! (`--spec-type draft-mtp`) over the polykv caches, several slots, a
 //! `--kv-unified` cache, on models test-polykv-mtp generates (random weights;
 //! no real small MTP model is reachable). Each configuration names one part:
