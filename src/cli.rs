@@ -218,6 +218,10 @@ enum GateCmd {
         require_all: bool,
         #[arg(long)]
         workdir: Option<PathBuf>,
+        /// Say what would run (the build, binaries and models each gate uses) or
+        /// why it would be skipped; run nothing, write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Commit the latest passing results of gates as their baselines
     /// (gates/baselines/NAME.json): the floors of their `[baseline]` figures.
@@ -442,13 +446,18 @@ fn run(cli: &Cli) -> Result<i32> {
                 all,
                 require_all,
                 workdir,
+                dry_run,
             } => {
                 let args = cmd::gate::RunArgs {
                     names,
                     all: *all,
                     require_all: *require_all,
                     workdir: workdir.as_deref(),
+                    dry_run: *dry_run,
                 };
+                if *dry_run {
+                    return emit(&cmd::gate::plan(&project, &args)?, *json);
+                }
                 // A person sees each gate as it finishes; JSON comes at the end.
                 let ran = cmd::gate::run(&project, &args, |e| {
                     if !*json {

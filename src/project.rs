@@ -4,7 +4,6 @@
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use crate::chain::{self, Series};
 use crate::manifest::Manifest;
@@ -21,6 +20,8 @@ pub struct Project {
     /// The tree the chain ends at and its patch count, computed once per
     /// command (the base materialized, the series applied forward).
     chain_tip: std::sync::OnceLock<(String, usize)>,
+    /// This machine's build facts, probed once per variant (CPU, CUDA, Metal).
+    hosts: [std::sync::OnceLock<crate::build::Host>; 3],
 }
 
 impl Project {
@@ -50,6 +51,7 @@ impl Project {
             manifest,
             cache: cache.map(Path::to_path_buf),
             chain_tip: std::sync::OnceLock::new(),
+            hosts: Default::default(),
         })
     }
 
@@ -170,188 +172,6 @@ impl Project {
         })
     }
 
-    /// Runs one gate: prerequisites (artifacts verified against their
-    /// manifest, binaries, models), then its commands; writes its JSON.
-    pub fn run_gate(
-        &self,
-        spec: &crate::gate::Spec,
-        dir: &Path,
-    ) -> Result<crate::gate::report::GateResult> {
-        use crate::gate::report::Status;
-        let t = Instant::now();
-        let out_dir = self.layout().gate_results();
-        crate::fsx::create_dir_all(&out_dir)?;
-        let mut result = self.gate_inner(spec, dir, &out_dir)?;
-        if result.status != Status::Skipped {
-            result.seconds = t.elapsed().as_secs_f64();
-        }
-        self.save_result(&result)?;
-        Ok(result)
-    }
-
-    /// Writes `build/gates/<gate>.json`, the gate's latest result.
-    fn save_result(&self, r: &crate::gate::report::GateResult) -> Result<()> {
-        crate::fsx::write_atomic(
-            &self
-                .layout()
-                .gate_results()
-                .join(format!("{}.json", r.gate)),
-            &serde_json::to_vec_pretty(r)?,
-        )
-    }
-
-    /// Judges `r`, the stored result of `spec`, again against the committed
-    /// baseline `b` (after `gate baseline` wrote it from that result): its
-    /// figures are those measured, every check is evaluated anew, and the
-    /// result is saved with a note saying where its floors came from. The
-    /// spec is taken as that run had it (without its manual rows when the
-    /// result has none of them).
-    pub fn rejudge(
-        &self,
-        spec: &crate::gate::Spec,
-        mut r: crate::gate::report::GateResult,
-        b: &crate::gate::baseline::Baseline,
-    ) -> Result<crate::gate::report::GateResult> {
-        crate::gate::engine::judge(&spec.as_run(&r), &mut r, Some(b));
-        r.notes.push(
-            "Judged against the baseline committed from this run (`gate baseline`), without running again."
-                .into(),
-        );
-        self.save_result(&r)?;
-        Ok(r)
-    }
-
-    pub fn gate_inner(
-        &self,
-        spec: &crate::gate::Spec,
-        dir: &Path,
-        out_dir: &Path,
-    ) -> Result<crate::gate::report::GateResult> {
-        use crate::gate::report::{GateResult, Status};
-        let applied = self.applied(dir, false)?;
-        let plan = crate::build::plan(
-            &self.root,
-            &applied,
-            &crate::build::Request {
-                variant: spec.variant,
-                targets: Vec::new(),
-                jobs: None,
-                cuda_arch: None,
-                fa_quants: None,
-                cache_root: self.cache_root()?,
-            },
-        )?;
-        let build_dir = PathBuf::from(&plan.build_dir);
-        if crate::build::load_manifest(&build_dir)?.is_none() {
-            let why = match &plan.blocked {
-                Some(b) => format!(
-                    "the {} variant cannot be built here: {b}",
-                    spec.variant.name()
-                ),
-                None => format!(
-                    "the {} variant is not built (run `polykv-forge build --{}`)",
-                    spec.variant.name(),
-                    spec.variant.name()
-                ),
-            };
-            return Ok(GateResult::skipped(spec, why));
-        }
-        // Stale or foreign artifacts are refused, not skipped.
-        let manifest = match crate::build::check(&plan) {
-            Ok(m) => m,
-            Err(e) => {
-                let mut r = GateResult::skipped(spec, format!("{e:#}"));
-                r.status = Status::Failed;
-                return Ok(r);
-            }
-        };
-        for b in &spec.binaries {
-            if !build_dir.join("bin").join(b).is_file() {
-                return Ok(GateResult::skipped(
-                    spec,
-                    format!(
-                        "binary {b} is not in {} (add it with `build --target {b}`)",
-                        plan.build_dir
-                    ),
-                ));
-            }
-        }
-        let store = self.store()?;
-        let mut models = std::collections::BTreeMap::new();
-        for name in &spec.models {
-            let m = crate::model::find(&self.manifest.models, name)?;
-            match crate::model::cached(&store, m) {
-                Some(p) => {
-                    models.insert(name.clone(), p);
-                }
-                None => {
-                    return Ok(GateResult::skipped(
-                        spec,
-                        format!(
-                            "model {name} is not fetched (run `polykv-forge model fetch {name}`)"
-                        ),
-                    ))
-                }
-            }
-        }
-        let python = if spec.python_packages.is_empty() {
-            None
-        } else {
-            crate::progress::note(&format!(
-                "gate {}: Python environment ({})",
-                spec.name,
-                spec.python_packages.join(" ")
-            ));
-            match crate::pip::venv(&self.cache_root()?, &spec.python_packages) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    return Ok(GateResult::skipped(
-                        spec,
-                        format!("its Python packages could not be installed: {e:#}"),
-                    ))
-                }
-            }
-        };
-        let base = self.manifest.tree_oid()?;
-        let text = crate::gate::text::write_eval_text(&store.repo, base, out_dir)?;
-        let scratch = out_dir.join(&spec.name);
-        crate::fsx::create_dir_all(&scratch)?;
-        let ctx = crate::gate::engine::GateCtx {
-            bin_dir: build_dir.join("bin"),
-            tree: manifest.tree.clone(),
-            models,
-            text,
-            scratch,
-            python,
-            gates_dir: self.layout().gates(),
-        };
-        let rows = match spec.kind {
-            crate::gate::Kind::Command => crate::gate::engine::run_commands(spec, &ctx),
-            crate::gate::Kind::Needle => crate::gate::needle::run(spec, &ctx),
-            crate::gate::Kind::Decode => crate::gate::decode::run(spec, &ctx),
-            crate::gate::Kind::SharedPool => crate::gate::shared_pool::run(spec, &ctx),
-            crate::gate::Kind::AutoShare => crate::gate::shared_pool::auto::run(spec, &ctx),
-            crate::gate::Kind::MtpServer => crate::gate::shared_pool::mtp::run(spec, &ctx),
-        };
-        let baseline = crate::gate::baseline::load(&self.layout().gates(), &spec.name)?;
-        let mut result = GateResult {
-            gate: spec.name.clone(),
-            description: spec.description.clone(),
-            status: Status::Failed,
-            reason: None,
-            benchmark: spec.benchmark,
-            variant: spec.variant.name().to_string(),
-            seconds: 0.0,
-            artifact_key: Some(manifest.key.clone()),
-            tree: Some(manifest.tree.clone()),
-            columns: Vec::new(),
-            rows,
-            notes: Vec::new(),
-        };
-        crate::gate::engine::judge(spec, &mut result, baseline.as_ref());
-        Ok(result)
-    }
-
     /// The applied tree the chain in patches/ ends at (patches.lock's last
     /// line; the base when the series is empty).
     pub fn chain_tree(&self) -> Result<String> {
@@ -367,6 +187,78 @@ impl Project {
 
     pub fn default_workdir(&self) -> PathBuf {
         self.layout().workdir()
+    }
+
+    /// This machine's facts for a build of `variant`, probed on first use.
+    pub fn host(&self, variant: crate::build::Variant) -> Result<&crate::build::Host> {
+        use crate::build::Variant;
+        let i = match variant {
+            Variant::Cpu => 0,
+            Variant::Cuda => 1,
+            Variant::Metal => 2,
+        };
+        if let Some(h) = self.hosts[i].get() {
+            return Ok(h);
+        }
+        let h = crate::build::Host::probe(variant, &self.cache_root()?);
+        Ok(self.hosts[i].get_or_init(|| h))
+    }
+
+    /// The build plan of `req` for the chain's tree in `dir` (see [`Project::applied`]).
+    pub fn build_plan(
+        &self,
+        dir: &Path,
+        strict: bool,
+        req: &crate::build::Request,
+    ) -> Result<crate::build::Plan> {
+        let applied = self.applied(dir, strict)?;
+        crate::build::plan(&self.root, &applied, req, self.host(req.variant)?)
+    }
+
+    /// The project as the gates see it, with the applied tree in `dir`.
+    pub fn gate_workspace<'a>(&'a self, dir: &Path) -> GateWorkspace<'a> {
+        GateWorkspace {
+            project: self,
+            workdir: dir.to_path_buf(),
+        }
+    }
+}
+
+/// [`crate::gate::plan::Workspace`] over a project and its workdir.
+pub struct GateWorkspace<'a> {
+    project: &'a Project,
+    workdir: PathBuf,
+}
+
+impl crate::gate::plan::Workspace for GateWorkspace<'_> {
+    fn build_plan(&self, variant: crate::build::Variant) -> Result<crate::build::Plan> {
+        self.project.build_plan(
+            &self.workdir,
+            false,
+            &crate::build::Request {
+                variant,
+                targets: Vec::new(),
+                jobs: None,
+                cuda_arch: None,
+                fa_quants: None,
+                cache_root: self.project.cache_root()?,
+            },
+        )
+    }
+    fn store(&self) -> Result<Store> {
+        self.project.store()
+    }
+    fn models(&self) -> &[crate::manifest::Model] {
+        &self.project.manifest.models
+    }
+    fn base_tree(&self) -> Result<git2::Oid> {
+        self.project.manifest.tree_oid()
+    }
+    fn layout(&self) -> crate::layout::Layout {
+        self.project.layout()
+    }
+    fn cache_root(&self) -> Result<PathBuf> {
+        self.project.cache_root()
     }
 }
 

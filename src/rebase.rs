@@ -10,6 +10,7 @@ use git2::{IndexEntry, IndexTime, Oid, Repository};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+use crate::chain::parsed::Change;
 use crate::chain::{apply, export, markers, series, PatchFile};
 use crate::tree::{self, TreeWriter};
 
@@ -129,49 +130,30 @@ fn write_tree(repo: &Repository, files: &Files) -> Result<Oid> {
 struct Touch {
     old: Option<String>,
     new: Option<String>,
-    status: git2::Delta,
+    change: Change,
 }
 
 /// The files a patch touches.
 fn touched(p: &PatchFile) -> Result<Vec<Touch>> {
-    let diff = apply::parse(&p.diff).map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
-    Ok(diff
-        .deltas()
-        .map(|d| {
-            let old = (d.status() != git2::Delta::Added)
-                .then(|| d.old_file().path().map(|x| x.display().to_string()))
-                .flatten();
-            let new = (d.status() != git2::Delta::Deleted)
-                .then(|| d.new_file().path().map(|x| x.display().to_string()))
-                .flatten();
-            Touch {
-                old,
-                new,
-                status: d.status(),
-            }
+    Ok(p.parsed()?
+        .files
+        .iter()
+        .map(|f| Touch {
+            old: f.old_path.clone(),
+            new: f.new_path.clone(),
+            change: f.change,
         })
         .collect())
 }
 
 /// Old-side line ranges (1-based, inclusive) of a patch's hunks per file.
 fn hunk_ranges(p: &PatchFile) -> Result<BTreeMap<String, Vec<(u32, u32)>>> {
-    let diff = apply::parse(&p.diff).map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
     let mut out: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
-    for idx in 0..diff.deltas().len() {
-        let Some(patch) = git2::Patch::from_diff(&diff, idx)? else {
-            continue;
-        };
-        let path = patch
-            .delta()
-            .old_file()
-            .path()
-            .map(|x| x.display().to_string())
-            .unwrap_or_default();
-        for h in 0..patch.num_hunks() {
-            let (hunk, _) = patch.hunk(h)?;
-            let start = hunk.old_start().max(1);
-            let end = start + hunk.old_lines().max(1) - 1;
-            out.entry(path.clone()).or_default().push((start, end));
+    for f in &p.parsed()?.files {
+        // (a created file is keyed by its new path, as libgit2 names both sides of it)
+        let path = f.old_path.clone().unwrap_or_else(|| f.path().to_string());
+        for h in &f.hunks {
+            out.entry(path.clone()).or_default().push(h.old_range());
         }
     }
     Ok(out)
@@ -192,35 +174,52 @@ fn changed_ranges(old: &[u8], new: &[u8]) -> Result<Vec<(u32, u32, u32)>> {
     Ok(out)
 }
 
-fn conflict_regions(merged: &[u8]) -> Vec<ConflictRegion> {
+/// The conflict regions one merge made: those closed by `>>>>>>> label`
+/// (its patch's file name). A file replayed after an earlier patch's
+/// conflict still holds that conflict's markers; those regions, even one
+/// nested inside a region of this merge, are that patch's, not this one's.
+fn conflict_regions(merged: &[u8], label: &str) -> Vec<ConflictRegion> {
     let text = String::from_utf8_lossy(merged);
     let mut out = Vec::new();
-    let mut state = 0; // 0 outside, 1 ours, 2 theirs
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    // Open regions, innermost last: whether past `=======`, its two sides.
+    let mut open: Vec<(bool, Vec<&str>, Vec<&str>)> = Vec::new();
     for l in text.lines() {
         if l.starts_with("<<<<<<<") {
-            state = 1;
-            ours.clear();
-            theirs.clear();
-        } else if l.starts_with("=======") && state == 1 {
-            state = 2;
-        } else if l.starts_with(">>>>>>>") && state == 2 {
-            let cut = |v: &Vec<&str>| {
-                let mut s: Vec<&str> = v.iter().take(12).copied().collect();
-                if v.len() > 12 {
-                    s.push("…");
+            open.push((false, Vec::new(), Vec::new()));
+            continue;
+        }
+        if l.starts_with("=======") {
+            if let Some(top) = open.last_mut() {
+                if !top.0 {
+                    top.0 = true;
+                    continue;
                 }
-                s.join("\n")
-            };
-            out.push(ConflictRegion {
-                upstream: cut(&ours),
-                patch: cut(&theirs),
-            });
-            state = 0;
-        } else if state == 1 {
-            ours.push(l);
-        } else if state == 2 {
-            theirs.push(l);
+            }
+        }
+        if let Some(rest) = l.strip_prefix(">>>>>>>") {
+            if let Some((_, ours, theirs)) = open.pop() {
+                if rest.trim() == label {
+                    let cut = |v: &Vec<&str>| {
+                        let mut s: Vec<&str> = v.iter().take(12).copied().collect();
+                        if v.len() > 12 {
+                            s.push("…");
+                        }
+                        s.join("\n")
+                    };
+                    out.push(ConflictRegion {
+                        upstream: cut(&ours),
+                        patch: cut(&theirs),
+                    });
+                }
+                continue;
+            }
+        }
+        if let Some((past, ours, theirs)) = open.last_mut() {
+            if *past {
+                theirs.push(l);
+            } else {
+                ours.push(l);
+            }
         }
     }
     out
@@ -311,7 +310,7 @@ fn merge_files(
     for Touch {
         old: o,
         new: n,
-        status,
+        change,
     } in touched(p)?
     {
         let mut fr = FileReport {
@@ -320,8 +319,8 @@ fn merge_files(
             detail: None,
             conflicts: Vec::new(),
         };
-        match status {
-            git2::Delta::Added => {
+        match change {
+            Change::Added => {
                 let path = n.unwrap_or_default();
                 let theirs = get(old_after, &path).context("added file missing")?.clone();
                 match get(files, &path) {
@@ -338,7 +337,7 @@ fn merge_files(
                     }
                 }
             }
-            git2::Delta::Deleted => {
+            Change::Deleted => {
                 let path = o.unwrap_or_default();
                 let base = get(old_before, &path)
                     .context("deleted file missing")?
@@ -411,7 +410,7 @@ fn merge_files(
                 );
                 if !m.is_automergeable() {
                     fr.result = "conflict".into();
-                    fr.conflicts = conflict_regions(&content);
+                    fr.conflicts = conflict_regions(&content, &p.file_name);
                     any_conflict = true;
                 } else if oid == ours.oid && ours_path == dest {
                     fr.result = "already-upstream".into();
@@ -557,4 +556,23 @@ pub fn replace_upstream(manifest_text: &str, pin_text: &str) -> Result<String> {
         .context("the new pin has no [upstream] table")?;
     doc["upstream"] = up.clone();
     Ok(doc.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::conflict_regions;
+
+    #[test]
+    fn conflict_regions_are_those_of_this_merge_only() {
+        // An earlier patch's conflict left in the file, one of this merge's
+        // beside it, and one of this merge's holding an earlier one.
+        let merged = "a\n<<<<<<< upstream\nu1\n=======\np1\n>>>>>>> 0003-k.patch\nb\n\
+<<<<<<< upstream\nu2\n=======\np2\n>>>>>>> 0005-s.patch\nc\n\
+<<<<<<< upstream\n<<<<<<< upstream\nx\n=======\ny\n>>>>>>> 0003-k.patch\nu3\n=======\np3\n>>>>>>> 0005-s.patch\n";
+        let r = conflict_regions(merged.as_bytes(), "0005-s.patch");
+        assert_eq!(r.len(), 2);
+        assert_eq!((r[0].upstream.as_str(), r[0].patch.as_str()), ("u2", "p2"));
+        assert_eq!((r[1].upstream.as_str(), r[1].patch.as_str()), ("u3", "p3"));
+        assert_eq!(conflict_regions(merged.as_bytes(), "0003-k.patch").len(), 2);
+    }
 }

@@ -17,13 +17,7 @@ pub struct ChainRow {
 pub fn chain_rows(patches: &[PatchFile]) -> Result<Vec<ChainRow>> {
     let mut rows = Vec::new();
     for p in patches {
-        let (files, added, removed) = match crate::chain::apply::parse(&p.diff) {
-            Ok(d) => {
-                let s = d.stats()?;
-                (s.files_changed(), s.insertions(), s.deletions())
-            }
-            Err(_) => (0, 0, 0),
-        };
+        let (files, added, removed) = p.parsed().map(|d| d.stats()).unwrap_or((0, 0, 0));
         rows.push(ChainRow {
             number: p.tag(),
             file: p.file_name.clone(),

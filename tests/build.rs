@@ -80,6 +80,12 @@ fn build_manifest_check_tamper_and_gates() {
         "{out}"
     );
     fx.fails(&["gate", "run", "answer", "--require-all"], 1);
+    // The dry run says the same as a typed skip, and runs nothing.
+    let v: serde_json::Value =
+        serde_json::from_str(&fx.ok(&["gate", "run", "answer", "--dry-run", "--json"])).unwrap();
+    assert_eq!(v[0]["plan"], "skip", "{v}");
+    assert_eq!(v[0]["kind"], "not_built", "{v}");
+    fx.fails(&["gate", "run", "answer", "--dry-run", "--require-all"], 1);
 
     // A build needs an applied workdir.
     let out = fx.fails(&["build", "--target", "llama-completion"], 2);
@@ -108,6 +114,34 @@ fn build_manifest_check_tamper_and_gates() {
         serde_json::from_str(&fx.ok(&["build", "--target", "llama-completion", "--json"])).unwrap();
     assert_eq!(v["up_to_date"], true, "same key, artifacts intact: a no-op");
     fx.ok(&["build", "--check", "--target", "llama-completion"]);
+    std::fs::remove_dir_all(fx.root.join("build/gates")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&fx.ok(&[
+        "gate",
+        "run",
+        "answer",
+        "needs-model",
+        "--dry-run",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(v[0]["plan"], "run", "{v}");
+    assert_eq!(v[0]["gate"], "answer", "{v}");
+    assert!(
+        v[0]["build_dir"].as_str().unwrap().ends_with("build/cpu"),
+        "{v}"
+    );
+    assert_eq!(v[1]["kind"], "missing_model", "{v}");
+    assert_eq!(v[1]["model"], "absent", "{v}");
+    let out = fx.ok(&["gate", "run", "answer", "needs-model", "--dry-run"]);
+    assert!(out.contains("gate answer: would run"), "{out}");
+    assert!(
+        out.contains("gate needs-model: would be skipped: model absent is not fetched"),
+        "{out}"
+    );
+    assert!(
+        !fx.root.join("build/gates").exists(),
+        "a dry run writes nothing"
+    );
     let out = fx.ok(&["gate", "run", "answer", "needs-model"]);
     assert!(out.contains("gate answer: passed"), "{out}");
     assert!(

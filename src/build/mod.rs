@@ -17,15 +17,8 @@ pub mod plan;
 pub use host::Host;
 use ninja::{last_error, ninja_argv, ninja_progress, ninja_targets, resolve_targets};
 
-/// The plan for `req` on this machine (its facts probed now).
-pub fn plan(root: &Path, applied: &AppliedTree, req: &Request) -> Result<Plan> {
-    plan::plan(
-        root,
-        applied,
-        req,
-        &Host::probe(req.variant, &req.cache_root),
-    )
-}
+/// The plan for `req` on a machine with the facts `host` (a pure function).
+pub use plan::plan;
 
 pub const MANIFEST: &str = "forge-manifest.json";
 /// Bumped when what a manifest records changes; older manifests are rebuilt.
@@ -399,10 +392,8 @@ pub fn cuda_check_objects(
     const DIR: &str = "ggml/src/ggml-cuda/";
     let mut units: Vec<String> = CUDA_TYPE_UNITS.iter().map(|u| u.to_string()).collect();
     for p in patches {
-        let diff = crate::chain::apply::parse(&p.diff)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
-        for d in diff.deltas().filter(|d| d.status() != git2::Delta::Deleted) {
-            let new = d.new_file().path().map(|x| x.display().to_string());
+        for f in &p.parsed()?.files {
+            let new = f.new_path.clone();
             if let Some(path) = new.as_deref() {
                 if instances.all.iter().any(|i| i == path)
                     && !instances.compiled.iter().any(|i| i == path)

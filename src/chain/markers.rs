@@ -9,6 +9,7 @@ use serde::Deserialize;
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
 
+use crate::chain::parsed::Change;
 use crate::chain::PatchFile;
 
 pub const FILE_NAME: &str = "markers.toml";
@@ -104,32 +105,17 @@ pub fn check(
     let numbers: HashSet<u32> = patches.iter().map(|p| p.number).collect();
     let mut touched: BTreeSet<String> = BTreeSet::new();
     for (k, p) in patches.iter().enumerate() {
-        let diff = crate::chain::apply::parse(&p.diff)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
         let tag = p.tag();
-        for idx in 0..diff.deltas().len() {
-            let Some(delta) = diff.get_delta(idx) else {
-                continue;
-            };
-            let path = delta
-                .new_file()
-                .path()
-                .or(delta.old_file().path())
-                .map(|x| x.display().to_string())
-                .unwrap_or_default();
-            if delta.status() == git2::Delta::Deleted {
+        for f in &p.parsed()?.files {
+            if f.change == Change::Deleted {
                 continue;
             }
+            let path = f.path().to_string();
             touched.insert(path.clone());
             if rules.exempt(&tag, &path) {
                 continue;
             }
-            let old_path = delta
-                .old_file()
-                .path()
-                .map(|x| x.display().to_string())
-                .unwrap_or_default();
-            if delta.status() == git2::Delta::Added {
+            if f.change == Change::Added {
                 let tree = repo.find_tree(trees[k])?;
                 let entry = tree.get_path(Path::new(&path))?;
                 let blob = repo.find_blob(entry.id())?;
@@ -148,30 +134,15 @@ pub fn check(
                 }
                 continue;
             }
-            if !in_base(&old_path) {
+            if !in_base(f.old_path.as_deref().unwrap_or_default()) {
                 continue; // a file an earlier patch of the chain created
             }
-            let Some(patch) = git2::Patch::from_diff(&diff, idx)? else {
-                continue;
-            };
-            for h in 0..patch.num_hunks() {
-                let (hunk, nlines) = patch.hunk(h)?;
-                let header = String::from_utf8_lossy(hunk.header())
-                    .trim_end()
-                    .to_string();
-                let mut added = false;
-                let mut marked = false;
-                for l in 0..nlines {
-                    let line = patch.line_in_hunk(h, l)?;
-                    if line.origin() == '+' {
-                        added = true;
-                        marked |= has_marker(line.content(), p.number);
-                    }
-                }
-                if added && !marked {
+            for h in &f.hunks {
+                let mut added = h.added().peekable();
+                if added.peek().is_some() && !added.any(|l| has_marker(l, p.number)) {
                     problems.push(format!(
-                        "{}: {path}: hunk `{header}` adds lines to an upstream file without a `polykv: {tag}` marker on an added line",
-                        p.file_name
+                        "{}: {path}: hunk `{}` adds lines to an upstream file without a `polykv: {tag}` marker on an added line",
+                        p.file_name, h.header
                     ));
                 }
             }

@@ -6,6 +6,7 @@ pub mod export;
 pub mod lock;
 pub mod markers;
 pub mod ownership;
+pub mod parsed;
 pub mod reverse;
 pub mod series;
 pub mod verify;

@@ -2,6 +2,7 @@
 //! no patch deletes or renames an upstream file unless `patches/ownership.toml`
 //! allows it, with a reason.
 
+use crate::chain::parsed::Change;
 use anyhow::{Context, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -60,13 +61,10 @@ pub fn check(
     let mut problems = Vec::new();
     let mut creator: BTreeMap<String, String> = BTreeMap::new();
     for p in patches {
-        let diff = crate::chain::apply::parse(&p.diff)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", p.file_name))?;
-        for d in diff.deltas() {
-            let old = d.old_file().path().map(|x| x.display().to_string());
-            let new = d.new_file().path().map(|x| x.display().to_string());
-            match d.status() {
-                git2::Delta::Added => {
+        for f in &p.parsed()?.files {
+            let (old, new) = (f.old_path.clone(), f.new_path.clone());
+            match f.change {
+                Change::Added => {
                     let path = new.unwrap_or_default();
                     if let Some(first) = creator.get(&path) {
                         problems.push(format!(
@@ -77,7 +75,7 @@ pub fn check(
                         creator.insert(path, p.file_name.clone());
                     }
                 }
-                git2::Delta::Deleted => {
+                Change::Deleted => {
                     let path = old.unwrap_or_default();
                     if base_has(&path) && !rules.allows(&p.tag(), &path, Action::Delete) {
                         problems.push(format!(
@@ -86,7 +84,7 @@ pub fn check(
                         ));
                     }
                 }
-                git2::Delta::Renamed => {
+                Change::Renamed => {
                     let path = old.unwrap_or_default();
                     if base_has(&path) && !rules.allows(&p.tag(), &path, Action::Rename) {
                         problems.push(format!(
@@ -104,7 +102,7 @@ pub fn check(
                         creator.insert(to, p.file_name.clone());
                     }
                 }
-                _ => {}
+                Change::Modified => {}
             }
         }
     }

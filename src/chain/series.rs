@@ -19,6 +19,8 @@ pub struct PatchFile {
     pub description: Vec<u8>,
     /// The diff body, from the first `diff --git` line to the end.
     pub diff: Vec<u8>,
+    /// The diff parsed, on first use ([`PatchFile::parsed`]).
+    parsed: std::sync::OnceLock<std::result::Result<super::parsed::ParsedPatch, String>>,
 }
 
 impl PatchFile {
@@ -46,7 +48,16 @@ impl PatchFile {
             description: bytes[..split].to_vec(),
             diff: bytes[split..].to_vec(),
             bytes,
+            parsed: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The diff parsed (once; `file: why` when it does not parse).
+    pub fn parsed(&self) -> Result<&super::parsed::ParsedPatch> {
+        self.parsed
+            .get_or_init(|| super::parsed::ParsedPatch::parse(&self.diff))
+            .as_ref()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.file_name))
     }
 
     /// The description as text, trimmed (the commit message in `edit`).

@@ -53,10 +53,9 @@ pub enum Built {
 
 pub fn run(project: &Project, a: &Args) -> Result<Built> {
     let dir = super::dir_or(a.workdir, project.default_workdir())?;
-    let applied = project.applied(&dir, false)?;
-    let plan = build::plan(
-        &project.root,
-        &applied,
+    let plan = project.build_plan(
+        &dir,
+        false,
         &build::Request {
             variant: a.variant,
             targets: a.targets.clone(),

@@ -122,7 +122,7 @@ pub fn baseline(project: &Project, names: &[String], dry_run: bool) -> Result<Ba
         )?;
         // The stored result failed only where floors were missing or moved
         // on purpose: judged again against the committed ones.
-        let r = project.rejudge(spec, r, &b)?;
+        let r = crate::gate::plan::rejudge(spec, r, &b, &results)?;
         committed.push(Committed {
             gate: name.clone(),
             file: out.display().to_string(),
@@ -217,6 +217,8 @@ pub struct RunArgs<'a> {
     pub all: bool,
     pub require_all: bool,
     pub workdir: Option<&'a Path>,
+    /// Plan only: say what would run (binaries, models) or why not.
+    pub dry_run: bool,
 }
 
 /// What a run tells as it goes (a person sees each gate as it finishes).
@@ -243,44 +245,144 @@ impl Ran {
     }
 }
 
-pub fn run(project: &Project, a: &RunArgs, mut on: impl FnMut(Event)) -> Result<Ran> {
+/// A gate `a` chose: to run (as `--all` runs it: without its manual rows),
+/// or a manual gate `--all` leaves out, with why.
+enum Chosen<'g> {
+    Run(Box<Spec>),
+    Left(&'g Spec, &'g str),
+}
+
+/// The gates `a` names (or all of them).
+fn chosen<'g>(gates: &'g [Spec], a: &RunArgs) -> Result<Vec<Chosen<'g>>> {
     if a.names.is_empty() && !a.all {
         anyhow::bail!("name the gates to run, or pass --all (see `polykv-forge gate list`)");
     }
-    let gates = load(project)?;
-    let chosen: Vec<&Spec> = if a.all {
-        gates.iter().collect()
-    } else {
-        a.names
+    if !a.all {
+        return a
+            .names
             .iter()
-            .map(|n| find(&gates, n))
-            .collect::<Result<_>>()?
-    };
+            .map(|n| Ok(Chosen::Run(Box::new(find(gates, n)?.clone()))))
+            .collect();
+    }
+    Ok(gates
+        .iter()
+        .map(|g| match &g.manual {
+            Some(why) => Chosen::Left(g, why),
+            // --all runs the CI set: a gate's manual rows only when it is named.
+            None => Chosen::Run(Box::new(g.without_manual_rows())),
+        })
+        .collect())
+}
+
+pub fn run(project: &Project, a: &RunArgs, mut on: impl FnMut(Event)) -> Result<Ran> {
+    let gates = load(project)?;
     let dir = super::dir_or(a.workdir, project.default_workdir())?;
+    let ws = project.gate_workspace(&dir);
     let mut results = Vec::new();
-    for spec in chosen {
-        if let (true, Some(why)) = (a.all, &spec.manual) {
+    for c in chosen(&gates, a)? {
+        match c {
             // Not a result: its last real run (if any) stays in build/gates/.
-            on(Event::Left {
-                gate: &spec.name,
-                why,
-            });
-            continue;
+            Chosen::Left(g, why) => on(Event::Left { gate: &g.name, why }),
+            Chosen::Run(spec) => {
+                let r = crate::gate::plan::run(&spec, &ws)?;
+                on(Event::Done(&r));
+                results.push(r);
+            }
         }
-        // --all runs the CI set: a gate's manual rows only when it is named.
-        let spec = if a.all {
-            spec.without_manual_rows()
-        } else {
-            spec.clone()
-        };
-        let r = project.run_gate(&spec, &dir)?;
-        on(Event::Done(&r));
-        results.push(r);
     }
     Ok(Ran {
         results,
         require_all: a.require_all,
     })
+}
+
+/// `gate run --dry-run`: each chosen gate's plan, nothing run or written.
+#[derive(Serialize)]
+#[serde(transparent)]
+pub struct Planned {
+    pub plans: Vec<PlannedGate>,
+    #[serde(skip)]
+    require_all: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum PlannedGate {
+    Plan(crate::gate::plan::Plan),
+    /// A manual gate `--all` leaves out.
+    Left {
+        gate: String,
+        manual: String,
+    },
+}
+
+pub fn plan(project: &Project, a: &RunArgs) -> Result<Planned> {
+    let gates = load(project)?;
+    let dir = super::dir_or(a.workdir, project.default_workdir())?;
+    let ws = project.gate_workspace(&dir);
+    let plans = chosen(&gates, a)?
+        .into_iter()
+        .map(|c| match c {
+            Chosen::Left(g, why) => Ok(PlannedGate::Left {
+                gate: g.name.clone(),
+                manual: why.to_string(),
+            }),
+            Chosen::Run(spec) => Ok(PlannedGate::Plan(crate::gate::plan::plan(&spec, &ws)?)),
+        })
+        .collect::<Result<_>>()?;
+    Ok(Planned {
+        plans,
+        require_all: a.require_all,
+    })
+}
+
+impl Report for Planned {
+    fn human(&self) -> String {
+        use crate::gate::plan::Plan;
+        let mut out = String::new();
+        for p in &self.plans {
+            // Writing into a String cannot fail.
+            let _ = match p {
+                PlannedGate::Left { gate, manual } => writeln!(out, "{}", human_left(gate, manual)),
+                PlannedGate::Plan(Plan::Skip { gate, reason, .. }) => {
+                    writeln!(out, "gate {gate}: would be skipped: {reason}")
+                }
+                PlannedGate::Plan(Plan::Run(r)) => {
+                    let _ = writeln!(
+                        out,
+                        "gate {}: would run ({} rows per model) on the {} build in {} (tree {})",
+                        r.gate,
+                        r.configs.len(),
+                        r.variant,
+                        r.build_dir.display(),
+                        short(&r.tree)
+                    );
+                    for b in &r.binaries {
+                        let _ = writeln!(out, "  binary  {}", b.display());
+                    }
+                    for (name, m) in &r.models {
+                        let _ = writeln!(out, "  model   {name}: {}", m.display());
+                    }
+                    if !r.python_packages.is_empty() {
+                        let _ = writeln!(out, "  python  {}", r.python_packages.join(" "));
+                    }
+                    Ok(())
+                }
+            };
+        }
+        out.trim_end().to_string()
+    }
+
+    /// As the run would: 1 where a gate would fail (stale artifacts) or,
+    /// with --require-all, be skipped.
+    fn exit_code(&self) -> i32 {
+        use crate::gate::plan::Plan;
+        let bad = self.plans.iter().any(|p| match p {
+            PlannedGate::Plan(Plan::Skip { skip, .. }) => skip.is_failure() || self.require_all,
+            _ => false,
+        });
+        i32::from(bad)
+    }
 }
 
 /// A gate's result as a person reads it: status line and table.

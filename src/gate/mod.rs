@@ -8,6 +8,7 @@ pub mod baseline;
 pub mod decode;
 pub mod engine;
 pub mod needle;
+pub mod plan;
 pub mod report;
 pub mod server;
 pub mod shared_pool;
