@@ -60,11 +60,10 @@ pub struct Install<'a> {
 
 impl Install<'_> {
     /// Returns `dest`, made by `make` unless it is ready. `make` gets the
-    /// path to create (file or folder; it does not exist yet) and may use
-    /// that path's parent, a scratch folder removed afterwards, for
-    /// downloads; whatever it made is renamed to `dest`, replacing an
-    /// incomplete or refreshed one.
-    pub fn run(&self, make: impl FnOnce(&Path) -> Result<()>) -> Result<PathBuf> {
+    /// path to create (file or folder; it does not exist yet) and an empty
+    /// scratch folder for downloads, removed afterwards; whatever it made is
+    /// renamed to `dest`, replacing an incomplete or refreshed one.
+    pub fn run(&self, make: impl FnOnce(&Path, &Path) -> Result<()>) -> Result<PathBuf> {
         let dest = self.dest;
         if !self.refresh && (self.ready)(dest) {
             return Ok(dest.to_path_buf());
@@ -88,7 +87,9 @@ impl Install<'_> {
             .tempdir_in(parent)
             .with_context(|| format!("creating a staging folder in {}", parent.display()))?;
         let item = stage.path().join("item");
-        make(&item)?;
+        let scratch = stage.path().join("scratch");
+        crate::fsx::create_dir_all(&scratch)?;
+        make(&item, &scratch)?;
         if dest.is_dir() {
             std::fs::remove_dir_all(dest)
                 .with_context(|| format!("removing the old {}", dest.display()))?;
@@ -131,7 +132,7 @@ mod tests {
         let mut made = 0;
         for _ in 0..2 {
             install
-                .run(|p| {
+                .run(|p, _| {
                     made += 1;
                     std::fs::create_dir(p)?;
                     std::fs::write(p.join("done"), "")?;
@@ -157,9 +158,9 @@ mod tests {
             refresh: false,
         };
         let err = install
-            .run(|p| {
+            .run(|p, scratch| {
                 std::fs::write(p, "half")?;
-                std::fs::write(p.parent().unwrap().join("scratch"), "x")?;
+                std::fs::write(scratch.join("download"), "x")?;
                 anyhow::bail!("the hash does not match")
             })
             .unwrap_err();
@@ -167,7 +168,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&dest).unwrap(), "old");
         assert_eq!(left(root.path()), ["model.gguf", "models.lock"]);
         // a successful one replaces it, file for file
-        install.run(|p| Ok(std::fs::write(p, "new")?)).unwrap();
+        install.run(|p, _| Ok(std::fs::write(p, "new")?)).unwrap();
         assert_eq!(std::fs::read_to_string(&dest).unwrap(), "new");
         assert_eq!(left(root.path()), ["model.gguf", "models.lock"]);
     }

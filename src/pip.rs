@@ -79,7 +79,7 @@ fn venv_from(base: &str, root: &Path, packages: &[String]) -> Result<PathBuf> {
         ready: &ready,
         refresh: false,
     };
-    install.run(|tmp| {
+    install.run(|tmp, _| {
         make_in(base, tmp, &python_in(tmp), packages)?;
         crate::fsx::write_atomic(&tmp.join("polykv-ready"), packages.join("\n").as_bytes())
     })?;

@@ -126,26 +126,6 @@ fn write_tree(repo: &Repository, files: &Files) -> Result<Oid> {
     w.write()
 }
 
-/// One file a patch touches: its old path, new path and what it does.
-struct Touch {
-    old: Option<String>,
-    new: Option<String>,
-    change: Change,
-}
-
-/// The files a patch touches.
-fn touched(p: &PatchFile) -> Result<Vec<Touch>> {
-    Ok(p.parsed()?
-        .files
-        .iter()
-        .map(|f| Touch {
-            old: f.old_path.clone(),
-            new: f.new_path.clone(),
-            change: f.change,
-        })
-        .collect())
-}
-
 /// Old-side line ranges (1-based, inclusive) of a patch's hunks per file.
 fn hunk_ranges(p: &PatchFile) -> Result<BTreeMap<String, Vec<(u32, u32)>>> {
     let mut out: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
@@ -307,12 +287,8 @@ fn merge_files(
 ) -> Result<PatchOutcome> {
     let mut any_conflict = false;
     let mut any_change = false;
-    for Touch {
-        old: o,
-        new: n,
-        change,
-    } in touched(p)?
-    {
+    for f in &p.parsed()?.files {
+        let (o, n, change) = (f.old_path.clone(), f.new_path.clone(), f.change);
         let mut fr = FileReport {
             path: n.clone().or(o.clone()).unwrap_or_default(),
             result: String::new(),
@@ -482,9 +458,9 @@ pub fn plan(
         let strict = apply::apply(repo, cur, p, false);
         let new_tree = match strict {
             Ok(t) => {
-                for t in touched(p)? {
+                for f in &p.parsed()?.files {
                     pr.files.push(FileReport {
-                        path: t.new.or(t.old).unwrap_or_default(),
+                        path: f.path().to_string(),
                         result: "clean".into(),
                         detail: None,
                         conflicts: Vec::new(),

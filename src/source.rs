@@ -210,16 +210,12 @@ pub fn pip_download_sdist(
         ready: &ready,
         refresh: false,
     };
-    install.run(|tmp| {
+    install.run(|tmp, scratch| {
         let spec = format!("{package}=={version}");
         crate::progress::note(&format!(
             "vendor: pip download {spec} (source distribution)"
         ));
-        let scratch = tmp
-            .parent()
-            .context("a staging path has no parent")?
-            .join("pip");
-        let file = crate::pip::download(&spec, crate::pip::Dist::Sdist { package }, &scratch)?;
+        let file = crate::pip::download(&spec, crate::pip::Dist::Sdist { package }, scratch)?;
         verify_sha256(&file, sha256)?;
         std::fs::rename(&file, tmp).with_context(|| format!("keeping {}", kept.display()))
     })

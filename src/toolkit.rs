@@ -77,12 +77,9 @@ pub fn install_cuda(cache_root: &Path, refresh: bool) -> Result<PathBuf> {
     install.run(make_cuda_home)
 }
 
-/// The wheels unpacked into `root`, the links and stub added, nvcc run once.
-fn make_cuda_home(root: &Path) -> Result<()> {
-    let dl = root
-        .parent()
-        .context("a staging path has no parent")?
-        .join("wheels");
+/// The wheels (downloaded into `dl`) unpacked into `root`, the links and
+/// stub added, nvcc run once.
+fn make_cuda_home(root: &Path, dl: &Path) -> Result<()> {
     for (i, (package, version, only)) in WHEELS.iter().enumerate() {
         let spec = format!("{package}=={version}");
         crate::progress::note(&format!(

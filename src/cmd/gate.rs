@@ -342,10 +342,12 @@ impl Report for Planned {
         let mut out = String::new();
         for p in &self.plans {
             // Writing into a String cannot fail.
-            let _ = match p {
-                PlannedGate::Left { gate, manual } => writeln!(out, "{}", human_left(gate, manual)),
+            match p {
+                PlannedGate::Left { gate, manual } => {
+                    let _ = writeln!(out, "{}", human_left(gate, manual));
+                }
                 PlannedGate::Plan(Plan::Skip { gate, reason, .. }) => {
-                    writeln!(out, "gate {gate}: would be skipped: {reason}")
+                    let _ = writeln!(out, "gate {gate}: would be skipped: {reason}");
                 }
                 PlannedGate::Plan(Plan::Run(r)) => {
                     let _ = writeln!(
@@ -366,9 +368,8 @@ impl Report for Planned {
                     if !r.python_packages.is_empty() {
                         let _ = writeln!(out, "  python  {}", r.python_packages.join(" "));
                     }
-                    Ok(())
                 }
-            };
+            }
         }
         out.trim_end().to_string()
     }
