@@ -216,6 +216,10 @@ enum GateCmd {
         /// Treat a skipped gate as a failure (CI: everything must really run).
         #[arg(long)]
         require_all: bool,
+        /// Run the named gates as `--all` runs them: without their manual rows
+        /// (the rows CI runs; a maintainer's quick re-check of one gate).
+        #[arg(long, conflicts_with = "all")]
+        ci_rows: bool,
         #[arg(long)]
         workdir: Option<PathBuf>,
         /// Say what would run (the build, binaries and models each gate uses) or
@@ -445,6 +449,7 @@ fn run(cli: &Cli) -> Result<i32> {
                 names,
                 all,
                 require_all,
+                ci_rows,
                 workdir,
                 dry_run,
             } => {
@@ -452,6 +457,7 @@ fn run(cli: &Cli) -> Result<i32> {
                     names,
                     all: *all,
                     require_all: *require_all,
+                    ci_rows: *ci_rows,
                     workdir: workdir.as_deref(),
                     dry_run: *dry_run,
                 };
@@ -463,10 +469,11 @@ fn run(cli: &Cli) -> Result<i32> {
                     if !*json {
                         match e {
                             cmd::gate::Event::Left { gate, why } => {
-                                println!("{}", cmd::gate::human_left(gate, why))
+                                // progress: a closed stdout must not stop the run
+                                let _ = crate::printer::line(&cmd::gate::human_left(gate, why));
                             }
                             cmd::gate::Event::Done(r) => {
-                                println!("{}", cmd::gate::human_result(r))
+                                let _ = crate::printer::line(&cmd::gate::human_result(r));
                             }
                         }
                     }

@@ -8,9 +8,20 @@ use serde::Serialize;
 use crate::error::{ApplyError, CheckFailed};
 use crate::proc::ProcError;
 
+/// Writes `text` and a newline to stdout. A reader that went away (`| head`)
+/// is not an error: the rest is dropped, as ripgrep does, instead of a panic.
+pub fn line(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}
+
 /// Prints `v` as pretty JSON on stdout.
 pub fn json<T: Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    line(&serde_json::to_string_pretty(v)?)?;
     Ok(())
 }
 
@@ -32,7 +43,7 @@ pub fn report<R: Report>(r: &R, as_json: bool) -> anyhow::Result<i32> {
     } else {
         let text = r.human();
         if !text.is_empty() {
-            println!("{text}");
+            line(&text)?;
         }
     }
     Ok(r.exit_code())
@@ -121,7 +132,7 @@ pub fn error(e: &anyhow::Error, as_json: bool) -> i32 {
     if as_json {
         let apply = e.chain().find_map(|c| c.downcast_ref::<ApplyError>());
         let causes = e.chain().skip(1).map(|c| c.to_string()).collect();
-        println!("{}", error_doc(kind, e.to_string(), causes, apply));
+        let _ = line(&error_doc(kind, e.to_string(), causes, apply).to_string());
     } else {
         eprintln!("error: {e}");
         for cause in e.chain().skip(1) {
@@ -141,15 +152,13 @@ pub fn usage(e: &clap::Error, as_json: bool) -> i32 {
     if as_json {
         let message = e.kind().to_string();
         let detail = e.to_string();
-        println!(
-            "{}",
-            error_doc(
-                Kind::Usage,
-                message,
-                vec![detail.trim_end().to_string()],
-                None
-            )
+        let doc = error_doc(
+            Kind::Usage,
+            message,
+            vec![detail.trim_end().to_string()],
+            None,
         );
+        let _ = line(&doc.to_string());
     } else {
         let _ = e.print();
     }

@@ -401,3 +401,27 @@ fn a_source_whose_tree_differs_from_the_pin_is_refused() {
     std::fs::write(fx.upstream.join(".git/HEAD"), "ref: refs/heads/lies\n").unwrap();
     fx.ok(&["vendor"]);
 }
+
+/// A reader that goes away (`polykv-forge status | head -1`) is not a crash:
+/// the output is dropped, no panic, and the exit code is the command's own.
+#[cfg(unix)]
+#[test]
+fn closed_stdout_is_not_a_panic() {
+    let fx = Fx::new();
+    // `true` exits at once without reading; the forge writes after it is gone
+    let out = env_cmd("sh", &fx.home)
+        .arg("-c")
+        .arg("(sleep 0.5; \"$@\"; echo \"rc $?\" >&2) | true")
+        .arg("sh")
+        .arg(BIN)
+        .arg("--project")
+        .arg(&fx.root)
+        .arg("--cache")
+        .arg(&fx.cache)
+        .arg("status")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("rc 0"), "{err}");
+}

@@ -216,6 +216,8 @@ pub struct RunArgs<'a> {
     pub names: &'a [String],
     pub all: bool,
     pub require_all: bool,
+    /// Named gates without their manual rows, as `--all` runs them.
+    pub ci_rows: bool,
     pub workdir: Option<&'a Path>,
     /// Plan only: say what would run (binaries, models) or why not.
     pub dry_run: bool,
@@ -261,7 +263,15 @@ fn chosen<'g>(gates: &'g [Spec], a: &RunArgs) -> Result<Vec<Chosen<'g>>> {
         return a
             .names
             .iter()
-            .map(|n| Ok(Chosen::Run(Box::new(find(gates, n)?.clone()))))
+            .map(|n| {
+                let g = find(gates, n)?;
+                let spec = if a.ci_rows {
+                    g.without_manual_rows()
+                } else {
+                    g.clone()
+                };
+                Ok(Chosen::Run(Box::new(spec)))
+            })
             .collect();
     }
     Ok(gates
@@ -352,9 +362,9 @@ impl Report for Planned {
                 PlannedGate::Plan(Plan::Run(r)) => {
                     let _ = writeln!(
                         out,
-                        "gate {}: would run ({} rows per model) on the {} build in {} (tree {})",
+                        "gate {}: would run {} row(s) on the {} build in {} (tree {})",
                         r.gate,
-                        r.configs.len(),
+                        r.rows,
                         r.variant,
                         r.build_dir.display(),
                         short(&r.tree)

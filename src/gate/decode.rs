@@ -120,7 +120,7 @@ pub fn run(spec: &Spec, ctx: &GateCtx) -> Vec<Row> {
                 reference(&server, &text, n_prompt, n_gen)
             });
         let ref_seconds = t.elapsed().as_secs_f64();
-        for c in &spec.configs {
+        for c in spec.configs.iter().filter(|c| c.runs_on(model)) {
             let t = Instant::now();
             let mut row = Row {
                 model: model.clone(),

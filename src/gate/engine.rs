@@ -194,7 +194,7 @@ pub fn run_commands(spec: &Spec, ctx: &GateCtx) -> Vec<Row> {
                 break;
             }
         }
-        for c in &configs {
+        for c in configs.iter().filter(|c| c.runs_on(&model)) {
             let t = Instant::now();
             let mut row = Row {
                 model: model.clone(),
@@ -742,6 +742,49 @@ below = { kld = "ablation" }
         .unwrap();
         let e = crate::gate::Spec::load(&p).unwrap_err().to_string();
         assert!(e.contains("which is manual"), "{e}");
+    }
+
+    /// A configuration that names models runs for those only; a model it
+    /// names must be one of the gate's.
+    #[test]
+    fn configurations_for_some_models() {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = |body: &str| {
+            let p = dir.path().join("t.toml");
+            std::fs::write(
+                &p,
+                format!(
+                    "name = \"t\"\ndescription = \"d\"\nmodels = [\"a\", \"b\"]\nrun = [[\"sh\", \"-c\", \"echo v 1\"]]\n[[figures]]\nname = \"v\"\nregex = 'v ([0-9]+)'\n{body}"
+                ),
+            )
+            .unwrap();
+            crate::gate::Spec::load(&p)
+        };
+        let s =
+            gate("[[configs]]\nname = \"all\"\n[[configs]]\nname = \"only b\"\nmodels = [\"b\"]\n")
+                .unwrap();
+        let ctx = GateCtx {
+            bin_dir: dir.path().into(),
+            tree: "t".into(),
+            models: BTreeMap::new(),
+            text: dir.path().join("text"),
+            scratch: dir.path().to_path_buf(),
+            python: None,
+            gates_dir: dir.path().into(),
+        };
+        let rows: Vec<(String, String)> = run_commands(&s, &ctx)
+            .into_iter()
+            .map(|r| (r.model, r.config))
+            .collect();
+        let pair = |m: &str, c: &str| (m.to_string(), c.to_string());
+        assert_eq!(
+            rows,
+            [pair("a", "all"), pair("b", "all"), pair("b", "only b")]
+        );
+        let e = gate("[[configs]]\nname = \"x\"\nmodels = [\"c\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("names model `c`"), "{e}");
     }
 
     #[test]

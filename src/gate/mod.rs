@@ -233,6 +233,18 @@ pub struct Config {
     /// the text says why (an ablation or a comparison CI's time cannot hold).
     #[serde(default)]
     pub manual: Option<String>,
+    /// Run for these of the gate's models only (empty: every model): a row
+    /// whose absolute thresholds hold for some models and not others (stock
+    /// q4_0 K collapses on keys with outlier channels).
+    #[serde(default)]
+    pub models: Vec<String>,
+}
+
+impl Config {
+    /// Whether this configuration runs for `model`.
+    pub fn runs_on(&self, model: &str) -> bool {
+        self.models.is_empty() || self.models.iter().any(|m| m == model)
+    }
 }
 
 impl Spec {
@@ -288,6 +300,26 @@ impl Spec {
             }
         }
         for c in &spec.configs {
+            if let Some(m) = c.models.iter().find(|m| !spec.models.contains(m)) {
+                bail!(
+                    "{}: configuration `{}` names model `{m}`, which is not one of the gate's models",
+                    path.display(),
+                    c.name
+                );
+            }
+            if !c.models.is_empty()
+                && matches!(
+                    spec.kind,
+                    Kind::SharedPool | Kind::AutoShare | Kind::MtpServer
+                )
+            {
+                bail!(
+                    "{}: configuration `{}`: a {:?} gate runs every configuration for every model (no `models` per configuration)",
+                    path.display(),
+                    c.name,
+                    spec.kind
+                );
+            }
             for other in c.below.values() {
                 if other == &c.name || !spec.configs.iter().any(|x| &x.name == other) {
                     bail!(

@@ -92,8 +92,10 @@ pub struct RunPlan {
     pub models: BTreeMap<String, PathBuf>,
     /// Installed into the gate's Python environment when it runs.
     pub python_packages: Vec<String>,
-    /// Configurations (rows per model).
+    /// Configurations.
     pub configs: Vec<String>,
+    /// Rows it runs: each model × the configurations that run for it.
+    pub rows: usize,
     #[serde(skip)]
     spec: Spec,
 }
@@ -192,6 +194,14 @@ pub fn plan(spec: &Spec, ws: &dyn Workspace) -> Result<Plan> {
         models,
         python_packages: spec.python_packages.clone(),
         configs: spec.configs.iter().map(|c| c.name.clone()).collect(),
+        rows: if spec.models.is_empty() {
+            spec.configs.len().max(1)
+        } else {
+            spec.models
+                .iter()
+                .map(|m| spec.configs.iter().filter(|c| c.runs_on(m)).count().max(1))
+                .sum()
+        },
         spec: spec.clone(),
     })))
 }

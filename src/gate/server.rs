@@ -128,7 +128,7 @@ pub fn rows_by_config(
 ) -> Vec<super::report::Row> {
     let mut rows = Vec::new();
     for model in &spec.models {
-        for c in &spec.configs {
+        for c in spec.configs.iter().filter(|c| c.runs_on(model)) {
             let t = Instant::now();
             let mut row = super::report::Row {
                 model: model.clone(),
