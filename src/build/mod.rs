@@ -53,6 +53,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "test-quantize-fns",
     "test-polykv-kv-shift",
     "test-polykv-kv-mean",
+    "test-polykv-k-stats",
     "test-polykv-kv-policy",
     "test-polykv-turbo",
     "test-polykv-turbo-cuda",
