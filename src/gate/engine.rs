@@ -781,6 +781,7 @@ below = { kld = "ablation" }
             rows,
             [pair("a", "all"), pair("b", "all"), pair("b", "only b")]
         );
+        assert_eq!(s.row_count(), rows.len());
         let e = gate("[[configs]]\nname = \"x\"\nmodels = [\"c\"]\n")
             .unwrap_err()
             .to_string();

@@ -248,6 +248,22 @@ impl Config {
 }
 
 impl Spec {
+    /// The rows a run makes: each model (or one unnamed) × the configurations
+    /// that run for it (or one unnamed row where the gate lists none), as
+    /// [`engine::run_commands`] makes them.
+    pub fn row_count(&self) -> usize {
+        if self.configs.is_empty() {
+            return self.models.len().max(1);
+        }
+        if self.models.is_empty() {
+            return self.configs.len();
+        }
+        self.models
+            .iter()
+            .map(|m| self.configs.iter().filter(|c| c.runs_on(m)).count())
+            .sum()
+    }
+
     pub fn load(path: &Path) -> Result<Spec> {
         let text = crate::fsx::read_to_string(path)?;
         let spec: Spec =

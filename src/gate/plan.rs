@@ -194,14 +194,7 @@ pub fn plan(spec: &Spec, ws: &dyn Workspace) -> Result<Plan> {
         models,
         python_packages: spec.python_packages.clone(),
         configs: spec.configs.iter().map(|c| c.name.clone()).collect(),
-        rows: if spec.models.is_empty() {
-            spec.configs.len().max(1)
-        } else {
-            spec.models
-                .iter()
-                .map(|m| spec.configs.iter().filter(|c| c.runs_on(m)).count().max(1))
-                .sum()
-        },
+        rows: spec.row_count(),
         spec: spec.clone(),
     })))
 }
