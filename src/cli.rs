@@ -171,6 +171,16 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ModelCmd,
     },
+    /// Check the applied tree's Metal sources on any OS: type-check against a model of MSL,
+    /// lint the host's kernel names against the instances, run the turbo functions on the CPU
+    /// against the C reference (needs clang++ 15+ and `build --cpu`).
+    MetalCheck {
+        /// Also plant one error per check and require each to be caught.
+        #[arg(long)]
+        planted: bool,
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+    },
     /// Toolkits from PyPI for builds on machines without one (compile checks).
     Toolkit {
         #[command(subcommand)]
@@ -501,6 +511,10 @@ fn run(cli: &Cli) -> Result<i32> {
                 c_header,
             } => emit(&cmd::gen::codebooks(bits, *dim, *dist, *c_header)?, *json),
         },
+        Cmd::MetalCheck { planted, workdir } => emit(
+            &cmd::metal_check::run(&project, workdir.as_deref(), *planted)?,
+            *json,
+        ),
         Cmd::Toolkit {
             cmd: ToolkitCmd::Cuda { refresh, dry_run },
         } => emit(&cmd::toolkit::cuda(&project, *refresh, *dry_run)?, *json),

@@ -42,6 +42,11 @@ impl Layout {
         self.root.join("work").join("llama.cpp")
     }
 
+    /// The model of `<metal_stdlib>` and the Metal check's harnesses (`ci/metal/`).
+    pub fn metal_model(&self) -> PathBuf {
+        self.root.join("ci").join("metal")
+    }
+
     /// The git stack `edit` makes by default (`work/edit/`).
     pub fn edit_stack(&self) -> PathBuf {
         self.root.join("work").join("edit")

@@ -19,6 +19,7 @@ pub mod http;
 pub mod install;
 pub mod layout;
 pub mod manifest;
+pub mod metal;
 pub mod model;
 pub mod paths;
 pub mod pip;

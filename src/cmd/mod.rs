@@ -10,6 +10,7 @@ pub mod edit;
 pub mod export;
 pub mod gate;
 pub mod gen;
+pub mod metal_check;
 pub mod model;
 pub mod rebase;
 pub mod status;

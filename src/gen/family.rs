@@ -59,7 +59,34 @@ const TYPES: &[(&str, &str, u32)] = &[
 const UPSTREAM_VEC_TYPES: &[&str] = &["f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"];
 
 /// Backends with an emitter.
-pub const BACKENDS: &[&str] = &["cuda"];
+pub const BACKENDS: &[&str] = &["cuda", "metal"];
+
+/// The Metal vec kernel's head dims for the fork's pairs, with the values
+/// per thread (`NE`) of upstream's baseline configuration at that head dim
+/// (`ggml_metal_tuning::fa_vec_baseline_ne`): the host takes the baseline
+/// for these pairs, so its kernel name carries no `_q*_ne*` suffix.
+fn metal_vec_ne(d: u32) -> Option<u32> {
+    match d {
+        64 => Some(2),
+        128 | 256 | 512 => Some(1),
+        _ => None,
+    }
+}
+
+/// How the Metal vec kernel reads a type: the block type in device memory,
+/// the number of 4-value chunks per block and the chunk reader.
+fn metal_reader(t: &str) -> Option<(String, u32, String)> {
+    match t {
+        "f16" => Some(("half4".into(), 1, "dequantize_f16_t4".into())),
+        "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q8_0" => {
+            Some((format!("block_{t}"), 8, format!("dequantize_{t}_t4")))
+        }
+        _ => {
+            let (_, g) = type_info(t)?;
+            (g != 0).then(|| (format!("block_{t}"), g / 4, format!("dequantize_{t}_t4")))
+        }
+    }
+}
 
 /// The CUDA vec kernel's head dims: multiples of 64 (two warps of values),
 /// at most 512.
@@ -186,6 +213,17 @@ impl Families {
                         "family `{}`: head dim {d} has no CUDA vec kernel (multiples of 64 up to 512)",
                         f.name
                     );
+                }
+            }
+            if f.backends.iter().any(|b| b == "metal") {
+                if let Some(d) = f.head_dims.iter().find(|d| metal_vec_ne(**d).is_none()) {
+                    bail!(
+                        "family `{}`: head dim {d} has no Metal vec instance here (64, 128, 256, 512)",
+                        f.name
+                    );
+                }
+                if let Some(t) = f.k.iter().chain(&f.v).find(|t| metal_reader(t).is_none()) {
+                    bail!("family `{}`: {t} has no Metal vec reader", f.name);
                 }
             }
             for k in &f.k {
@@ -350,6 +388,82 @@ pub fn emit_cuda(fam: &Families, marker: &str) -> Result<Vec<Emitted>> {
     Ok(out)
 }
 
+/// Where the Metal emitter writes: one library of instances (a new entry of
+/// ggml-metal-device.m's library list) and the case list the host reads.
+pub const METAL_INSTANCES: &str = "ggml/src/ggml-metal/kernels/polykv_fa_vec.metal";
+pub const METAL_CASES: &str = "ggml/src/ggml-metal/ggml-metal-polykv-fa.h";
+
+/// The Metal host name of a case (ggml-metal-polykv.cpp builds the same).
+pub fn metal_kernel_name(c: &Case) -> String {
+    format!(
+        "kernel_flash_attn_ext_vec_{}_{}_dk{}_dv{}",
+        c.k, c.v, c.d, c.d
+    )
+}
+
+/// The Metal files of `fam`: the instance library and the case list.
+pub fn emit_metal(fam: &Families, marker: &str) -> Result<Vec<Emitted>> {
+    let cases = fam.cases("metal");
+    let mut s = banner("//", &fam.rel, marker);
+    s.push_str(
+        "// The fork's flash-attention vec (decode) instances: turbo and trellis-coded K/V read in the\n\
+         // rotated domain (polykv-turbo.h), Q rotated before and the output rotated back after the\n\
+         // kernel by the host (ggml-metal-polykv.cpp). Names: kernel_flash_attn_ext_vec_K_V_dkD_dvD.\n\
+         #include \"common.h\"\n\
+         #include \"dequantize.h\"\n\
+         #include \"polykv-turbo.h\"\n\
+         #include \"fa_vec_common.metal\"\n\n\
+         #define FA_TYPES \\\n           half4,  \\\n           half4,  \\\n           half4,  \\\n    float,         \\\n    float, float4, \\\n           float4\n\n\
+         typedef decltype(kernel_flash_attn_ext_vec<FA_TYPES, half4, 1, dequantize_f16_t4, half4, 1, dequantize_f16_t4, 128, 128, 1>) flash_attn_ext_vec_t;\n",
+    );
+    let mut family = "";
+    for c in &cases {
+        let (kb, knl, kdeq) = metal_reader(&c.k).context("validated type")?;
+        let (vb, vnl, vdeq) = metal_reader(&c.v).context("validated type")?;
+        let ne = metal_vec_ne(c.d).context("validated head dim")?;
+        let f = fam
+            .families
+            .iter()
+            .find(|f| f.k.contains(&c.k) && f.v.contains(&c.v))
+            .map(|f| f.name.as_str())
+            .unwrap_or_default();
+        if f != family {
+            s.push_str(&format!("\n// family {f}\n"));
+            family = f;
+        }
+        s.push_str(&format!(
+            "template [[host_name(\"{}\")]] kernel flash_attn_ext_vec_t kernel_flash_attn_ext_vec<FA_TYPES, {kb}, {knl}, {kdeq}, {vb}, {vnl}, {vdeq}, {d}, {d}, {ne}>;\n",
+            metal_kernel_name(c),
+            d = c.d
+        ));
+    }
+    let mut h = banner("//", &fam.rel, marker);
+    h.push_str(
+        "// Every generated Metal flash-attention vec instance as GGML_POLYKV_METAL_FA_VEC_CASE(D, type_K, type_V);\n\
+         // the includer defines the macro (ggml-metal-polykv.cpp: supports_op and the kernel's name).\n",
+    );
+    for c in &cases {
+        let (kc, _) = type_info(&c.k).context("validated type")?;
+        let (vc, _) = type_info(&c.v).context("validated type")?;
+        h.push_str(&format!(
+            "GGML_POLYKV_METAL_FA_VEC_CASE({:3}, {kc}, {vc})\n",
+            c.d
+        ));
+    }
+    Ok(vec![
+        Emitted {
+            path: METAL_INSTANCES.to_string(),
+            family: None,
+            content: s,
+        },
+        Emitted {
+            path: METAL_CASES.to_string(),
+            family: None,
+            content: h,
+        },
+    ])
+}
+
 /// For each family, the instance file to compile in a compile check (it
 /// holds all the family's head dims): its first asymmetric pair (K type !=
 /// V type) in sorted order, else its first pair.
@@ -420,6 +534,37 @@ backends = ["cuda"]
     }
 
     #[test]
+    fn emits_metal_instances_and_cases() {
+        let f = Families::parse(
+            "kernels/x.toml",
+            &OK.replace("[\"cuda\"]", "[\"cuda\", \"metal\"]"),
+        )
+        .unwrap();
+        let e = emit_metal(&f, "0010").unwrap();
+        assert_eq!(e.len(), 2);
+        let inst = &e[0].content;
+        assert!(inst.starts_with("// Generated by `polykv-forge gen`"));
+        assert!(inst.contains("// polykv: 0010\n"));
+        assert_eq!(inst.matches("template [[host_name(").count(), 4 + 1);
+        assert!(inst.contains("template [[host_name(\"kernel_flash_attn_ext_vec_turbo4_turbo3_dk512_dv512\")]] kernel flash_attn_ext_vec_t kernel_flash_attn_ext_vec<FA_TYPES, block_turbo4, 32, dequantize_turbo4_t4, block_turbo3, 32, dequantize_turbo3_t4, 512, 512, 1>;"));
+        assert!(inst.contains("block_q8_0, 8, dequantize_q8_0_t4, block_turbo3_g64, 16, dequantize_turbo3_g64_t4, 64, 64, 2>;"));
+        let cases = &e[1].content;
+        assert!(cases.contains(
+            "GGML_POLYKV_METAL_FA_VEC_CASE( 64, GGML_TYPE_Q8_0, GGML_TYPE_TURBO3_G64)\n"
+        ));
+        assert_eq!(
+            cases.matches("GGML_POLYKV_METAL_FA_VEC_CASE(").count(),
+            5 + 1
+        );
+        // a family for CUDA alone emits nothing for Metal
+        assert!(
+            !emit_metal(&Families::parse("k.toml", OK).unwrap(), "0010").unwrap()[0]
+                .content
+                .contains("host_name")
+        );
+    }
+
+    #[test]
     fn fork_instances_are_told_from_upstream() {
         assert!(is_fork_vec_instance("fattn-vec-instance-turbo3-turbo3.cu"));
         assert!(is_fork_vec_instance(
@@ -457,6 +602,10 @@ backends = ["cuda"]
             (
                 family("a", "q8_0", "f16", "128", "cuda"),
                 "upstream's own instance",
+            ),
+            (
+                family("a", "turbo3_g64", "turbo3_g64", "192", "metal"),
+                "no Metal vec instance",
             ),
             (
                 family("a", "turbo3", "turbo3", "128", "vulkan"),

@@ -72,12 +72,13 @@ pub struct Output {
 }
 
 /// The generators by name.
-pub const GENERATORS: &[&str] = &["turbo-tables", "turbo-tables-cuda"];
+pub const GENERATORS: &[&str] = &["turbo-tables", "turbo-tables-cuda", "turbo-tables-metal"];
 
 fn run_generator(name: &str) -> Result<Vec<u8>> {
     match name {
         "turbo-tables" => Ok(tables::header()?.into_bytes()),
         "turbo-tables-cuda" => Ok(tables::cuda_header()?.into_bytes()),
+        "turbo-tables-metal" => Ok(tables::metal_header()?.into_bytes()),
         other => bail!(
             "unknown generator `{other}` (known: {})",
             GENERATORS.join(", ")
@@ -171,6 +172,7 @@ pub fn outputs_in(patches_dir: &Path, root: &Path) -> Result<Vec<Output>> {
             .with_context(|| format!("{}: families `{}`", path.display(), f.path))?;
         let emitted = match f.backend.as_str() {
             "cuda" => family::emit_cuda(&fam, &f.patch)?,
+            "metal" => family::emit_metal(&fam, &f.patch)?,
             other => bail!(
                 "{}: families `{}`: unknown backend `{other}` (known: {})",
                 path.display(),
