@@ -7,7 +7,7 @@
 // the kernels' host_name list. Output, one line per name:
 //   name <kernel> <op>        a kernel the host asks for (must exist exactly once)
 //   accepted <op>             an op supports_op accepts
-//   refused <op>              an op it refuses (runs on another backend)
+//   refused <op>              an op it refuses (runs on another backend; a view must never be)
 #include "ggml.h"
 #include "ggml-metal-device.h"
 #include "ggml-metal-polykv.h"
@@ -92,6 +92,22 @@ int main() {
 
     for (ggml_type t : turbo) {
         const int64_t g = ggml_blck_size(t);
+
+        // the views a graph takes of the cache: no kernel, and never refused (a refused view
+        // would move the cache to another backend)
+        {
+            ggml_tensor * cache = ggml_new_tensor_3d(ctx, t, 2*g, 16, 2);
+            ggml_tensor * views[] = {
+                ggml_view_3d(ctx, cache, g, 8, 2, cache->nb[1], cache->nb[2], 0),
+                ggml_reshape_2d(ctx, cache, 2*g, 32),
+                ggml_permute(ctx, cache, 0, 2, 1, 3),
+                ggml_transpose(ctx, ggml_reshape_2d(ctx, cache, 2*g, 32)),
+            };
+            for (ggml_tensor * v : views) {
+                const bool ok = ggml_metal_polykv_supports_op(v, true);
+                report(ok ? "accepted" : "refused", std::string("view:") + ggml_op_name(v->op) + ":" + ggml_type_name(t));
+            }
+        }
 
         for (ggml_type idx : { GGML_TYPE_I64, GGML_TYPE_I32 }) {
             ggml_tensor * dst = ggml_new_tensor_2d(ctx, t, 2*g, 16);

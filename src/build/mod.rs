@@ -58,6 +58,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "test-polykv-turbo",
     "test-polykv-turbo-cuda",
     "test-polykv-mtp",
+    "test-polykv-roofline",
 ];
 
 /// What the user asked for.

@@ -142,9 +142,15 @@ pub struct Findings {
     pub problems: Vec<String>,
 }
 
-/// The lint over every library's kernels and the names the host asks for
-/// (`(name, op)` pairs).
-pub fn check(kernels: &[Kernel], unparsed: usize, requested: &[(String, String)]) -> Findings {
+/// The lint over every library's kernels, the names the host asks for
+/// (`(name, op)` pairs) and the ops it refuses (a view of a turbo tensor
+/// must never be refused: the scheduler would move the cache off the GPU).
+pub fn check(
+    kernels: &[Kernel],
+    unparsed: usize,
+    requested: &[(String, String)],
+    refused: &[String],
+) -> Findings {
     let mut f = Findings {
         kernels: kernels.len(),
         ..Default::default()
@@ -213,6 +219,11 @@ pub fn check(kernels: &[Kernel], unparsed: usize, requested: &[(String, String)]
             }
         }
     }
+    for op in refused.iter().filter(|op| op.starts_with("view:")) {
+        f.problems.push(format!(
+            "supports_op refuses {op}: a refused view of the cache moves the cache to another backend"
+        ));
+    }
     let mut seen = std::collections::BTreeSet::new();
     for (name, op) in requested {
         if !seen.insert(name.as_str()) {
@@ -277,7 +288,12 @@ template /*polykv-host-name:"kernel_mv_id"*/ id_t kernel_mul_mv_id<mmv_fn<kernel
         assert_eq!(k[0].args.len(), 11);
         assert_eq!(k[2].template, "kernel_conv");
         assert_eq!(k[2].args, vec!["float", "vec<int, 2>"]);
-        let f = check(&k, 0, &[("kernel_reduce".into(), "op".into())]);
+        let f = check(
+            &k,
+            0,
+            &[("kernel_reduce".into(), "op".into())],
+            &["cpy:f32:tcq3".into()],
+        );
         assert!(f.problems.is_empty(), "{:?}", f.problems);
         // the mul_mv_ext instance's 32 is not a count of reader calls: not checked
         assert_eq!(f.readers_checked, 3);
@@ -295,6 +311,7 @@ template /*polykv-host-name:"kernel_mv_id"*/ id_t kernel_mul_mv_id<mmv_fn<kernel
             &k,
             unparsed,
             &[("kernel_missing".into(), "set_rows:f32:turbo3".into())],
+            &["view:VIEW:turbo3".into()],
         );
         let all = f.problems.join("\n");
         assert!(
@@ -313,6 +330,10 @@ template /*polykv-host-name:"kernel_mv_id"*/ id_t kernel_mul_mv_id<mmv_fn<kernel
             "{all}"
         );
         assert!(all.contains("1 kernel marker(s) not followed"), "{all}");
+        assert!(
+            all.contains("supports_op refuses view:VIEW:turbo3"),
+            "{all}"
+        );
     }
 
     #[test]

@@ -308,6 +308,8 @@ pub struct HostResult {
     pub refused: usize,
     #[serde(skip)]
     pub requested: Vec<(String, String)>,
+    #[serde(skip)]
+    pub refused_ops: Vec<String>,
 }
 
 fn host_flags(s: &Setup) -> Vec<String> {
@@ -372,6 +374,7 @@ pub fn host(c: &Compiler, s: &Setup) -> Result<HostResult> {
         accepted: h.accepted.len(),
         refused: h.refused.len(),
         requested: h.requested,
+        refused_ops: h.refused,
     })
 }
 
@@ -526,7 +529,7 @@ impl Checked {
 
 fn lint_all(
     map: &BTreeMap<String, (Vec<lint::Kernel>, usize)>,
-    requested: &[(String, String)],
+    host: &HostResult,
 ) -> lint::Findings {
     let mut all = Vec::new();
     let mut unparsed = 0;
@@ -534,7 +537,7 @@ fn lint_all(
         all.extend(k.iter().cloned());
         unparsed += u;
     }
-    lint::check(&all, unparsed, requested)
+    lint::check(&all, unparsed, &host.requested, &host.refused_ops)
 }
 
 /// Runs every check; with `planted`, the planted errors too.
@@ -545,12 +548,12 @@ pub fn run(s: &Setup, planted: bool) -> Result<Checked> {
     let libraries = typecheck(&compiler, s, &p, &p.libraries)?;
     let host = host(&compiler, s)?;
     let map = kernels(&compiler, s, &p, &p.libraries)?;
-    let lint = lint_all(&map, &host.requested);
+    let lint = lint_all(&map, &host);
     let exec = exec(&compiler, s, &p.kernels, "turbo-exec")?;
     let mut plants = Vec::new();
     if planted {
         for (i, spec) in PLANTS.iter().enumerate() {
-            plants.push(plant(&compiler, s, &p, &map, &host.requested, i, spec)?);
+            plants.push(plant(&compiler, s, &p, &map, &host, i, spec)?);
         }
     }
     Ok(Checked {
@@ -585,7 +588,7 @@ fn plant(
     s: &Setup,
     p: &Prepared,
     base: &BTreeMap<String, (Vec<lint::Kernel>, usize)>,
-    requested: &[(String, String)],
+    host: &HostResult,
     i: usize,
     spec: &PlantSpec,
 ) -> Result<Plant> {
@@ -634,7 +637,7 @@ fn plant(
             for (lib, found) in kernels(c, s, &planted, &libs)? {
                 map.insert(lib, found);
             }
-            let f = lint_all(&map, requested);
+            let f = lint_all(&map, host);
             (
                 !f.problems.is_empty(),
                 f.problems.first().cloned().unwrap_or_default(),
