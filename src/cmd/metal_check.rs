@@ -56,6 +56,18 @@ pub fn run(project: &Project, workdir: Option<&Path>, planted: bool) -> Result<M
     })
 }
 
+/// The compile errors of failed files, indented under their name.
+fn failures(s: &mut String, failed: &[&metal::LibraryResult]) {
+    for l in failed {
+        let _ = writeln!(
+            s,
+            "    {}:\n      {}",
+            l.library,
+            l.errors.replace('\n', "\n      ")
+        );
+    }
+}
+
 impl Report for MetalCheck {
     fn human(&self) -> String {
         let c = &self.checked;
@@ -73,14 +85,16 @@ impl Report for MetalCheck {
             c.libraries.len(),
             if failed.is_empty() { "" } else { ":" }
         );
-        for l in &failed {
-            let _ = writeln!(
-                s,
-                "    {}:\n      {}",
-                l.library,
-                l.errors.replace('\n', "\n      ")
-            );
-        }
+        failures(&mut s, &failed);
+        let ef: Vec<_> = c.embedded.iter().filter(|l| !l.ok).collect();
+        let _ = writeln!(
+            s,
+            "  embedding   {} of {} libraries as CMake's embedding writes them (headers inlined) pass{}",
+            c.embedded.len() - ef.len(),
+            c.embedded.len(),
+            if ef.is_empty() { "" } else { ":" }
+        );
+        failures(&mut s, &ef);
         let hf: Vec<_> = c.host.syntax.iter().filter(|l| !l.ok).collect();
         let _ = writeln!(
             s,
@@ -91,14 +105,7 @@ impl Report for MetalCheck {
             c.host.refused,
             c.lint.requested
         );
-        for l in &hf {
-            let _ = writeln!(
-                s,
-                "    {}:\n      {}",
-                l.library,
-                l.errors.replace('\n', "\n      ")
-            );
-        }
+        failures(&mut s, &hf);
         let _ = writeln!(
             s,
             "  lint        {} kernels, {} block/reader pairs checked ({} of types it does not know): {}",
