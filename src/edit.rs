@@ -488,7 +488,7 @@ pub fn stage_series(
         }
         let to = staging.join(&name);
         if e.file_type()?.is_dir() {
-            copy_dir(&e.path(), &to)?;
+            fsx::copy_dir(&e.path(), &to)?;
         } else {
             std::fs::copy(e.path(), &to)
                 .with_context(|| format!("copying {}", e.path().display()))?;
@@ -576,21 +576,6 @@ impl Drop for Staged {
         // After a commit this holds the old series (swapped out).
         let _ = fsx::remove_dir_all_if_exists(&self.staging);
     }
-}
-
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    for e in walkdir::WalkDir::new(from) {
-        let e = e?;
-        let rel = e.path().strip_prefix(from)?;
-        let dest: PathBuf = to.join(rel);
-        if e.file_type().is_dir() {
-            fsx::create_dir_all(&dest)?;
-        } else {
-            std::fs::copy(e.path(), &dest)
-                .with_context(|| format!("copying {}", e.path().display()))?;
-        }
-    }
-    Ok(())
 }
 
 /// Copies a tree (and everything under it) from one repository's objects to

@@ -27,6 +27,23 @@ pub fn remove_dir_all_if_exists(path: &Path) -> Result<()> {
     }
 }
 
+/// Copies the folder `from` and everything below it to `to` (created as
+/// needed; files are copied by content).
+pub fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    for e in walkdir::WalkDir::new(from) {
+        let e = e?;
+        let rel = e.path().strip_prefix(from)?;
+        let dest = to.join(rel);
+        if e.file_type().is_dir() {
+            create_dir_all(&dest)?;
+        } else {
+            std::fs::copy(e.path(), &dest)
+                .with_context(|| format!("copying {}", e.path().display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `path` atomically: a temporary file in the same
 /// directory, fsync, rename. Readers see the old content or the new, never half.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -56,6 +56,20 @@ pub fn run(project: &Project, workdir: Option<&Path>, planted: bool) -> Result<M
     })
 }
 
+/// A compile stage's line (`label`, then how many of the `what` pass) and its
+/// failures.
+fn compiled(s: &mut String, label: &str, what: &str, results: &[metal::LibraryResult]) {
+    let failed: Vec<_> = results.iter().filter(|l| !l.ok).collect();
+    let _ = writeln!(
+        s,
+        "  {label:<11} {} of {} {what} pass{}",
+        results.len() - failed.len(),
+        results.len(),
+        if failed.is_empty() { "" } else { ":" }
+    );
+    failures(s, &failed);
+}
+
 /// The compile errors of failed files, indented under their name.
 fn failures(s: &mut String, failed: &[&metal::LibraryResult]) {
     for l in failed {
@@ -77,24 +91,13 @@ impl Report for MetalCheck {
             "metal-check of {} with {} (a model of MSL, not Apple's compiler)",
             self.tree, c.compiler.version
         );
-        let failed: Vec<_> = c.libraries.iter().filter(|l| !l.ok).collect();
-        let _ = writeln!(
-            s,
-            "  type-check  {} of {} Metal libraries pass{}",
-            c.libraries.len() - failed.len(),
-            c.libraries.len(),
-            if failed.is_empty() { "" } else { ":" }
+        compiled(&mut s, "type-check", "Metal libraries", &c.libraries);
+        compiled(
+            &mut s,
+            "embedding",
+            "libraries as CMake's embedding writes them (headers inlined)",
+            &c.embedded,
         );
-        failures(&mut s, &failed);
-        let ef: Vec<_> = c.embedded.iter().filter(|l| !l.ok).collect();
-        let _ = writeln!(
-            s,
-            "  embedding   {} of {} libraries as CMake's embedding writes them (headers inlined) pass{}",
-            c.embedded.len() - ef.len(),
-            c.embedded.len(),
-            if ef.is_empty() { "" } else { ":" }
-        );
-        failures(&mut s, &ef);
         let hf: Vec<_> = c.host.syntax.iter().filter(|l| !l.ok).collect();
         let _ = writeln!(
             s,
