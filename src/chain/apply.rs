@@ -79,7 +79,34 @@ pub fn apply(repo: &Repository, tree: Oid, patch: &PatchFile, reversed: bool) ->
             return Err(fail(&current_path.borrow(), &current_hunk.borrow(), reason).into());
         }
     };
+    keep_rename_modes(&diff, &base, &mut index)?;
     Ok(index.write_tree_to(repo)?)
+}
+
+/// A pure rename (`similarity index 100%`, no `index` or `new mode` line)
+/// keeps its file's mode, as `git apply` keeps it; libgit2 parses the mode as
+/// unknown and writes 100644, dropping an executable bit. Found by the
+/// property tests in `reverse` (an empty executable file moved).
+fn keep_rename_modes(diff: &Diff, base: &git2::Tree, index: &mut git2::Index) -> Result<()> {
+    for d in diff.deltas() {
+        if d.status() != git2::Delta::Renamed || u32::from(d.new_file().mode()) != 0 {
+            continue;
+        }
+        let (Some(old), Some(new)) = (d.old_file().path(), d.new_file().path()) else {
+            continue;
+        };
+        let Ok(before) = base.get_path(old) else {
+            continue;
+        };
+        if let Some(mut entry) = index.get_path(new, 0) {
+            let mode = before.filemode() as u32;
+            if entry.mode != mode {
+                entry.mode = mode;
+                index.add(&entry)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A note for a failure when the patch's own header lines (`diff --git`,
@@ -235,4 +262,31 @@ pub fn forward(repo: &Repository, base: Oid, patches: &[PatchFile]) -> Result<Ve
         trees.push(t);
     }
     Ok(trees)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::series;
+
+    /// A pure rename of an executable file keeps the executable bit, both
+    /// ways (libgit2 alone writes 100644).
+    #[test]
+    fn a_pure_rename_keeps_the_files_mode() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(tmp.path()).unwrap();
+        let tree = |path: &str| {
+            let empty = repo.treebuilder(None).unwrap().write().unwrap();
+            let empty = repo.find_tree(empty).unwrap();
+            let blob = repo.blob(b"#!/bin/sh\necho hi\n").unwrap();
+            let mut b = git2::build::TreeUpdateBuilder::new();
+            b.upsert(path, blob, git2::FileMode::BlobExecutable);
+            b.create_updated(&repo, &empty).unwrap()
+        };
+        let (a, b) = (tree("scripts/run.sh"), tree("tools/run.sh"));
+        let diff = b"diff --git a/scripts/run.sh b/tools/run.sh\nsimilarity index 100%\nrename from scripts/run.sh\nrename to tools/run.sh\n";
+        let p = PatchFile::from_bytes("0001-move.patch", series::compose("move\n", diff)).unwrap();
+        assert_eq!(apply(&repo, a, &p, false).unwrap(), b);
+        assert_eq!(apply(&repo, b, &p, true).unwrap(), a);
+    }
 }
