@@ -49,6 +49,7 @@ pub const DEFAULT_TARGETS: &[&str] = &[
     "llama-completion",
     "llama-perplexity",
     "llama-bench",
+    "llama-batched-bench",
     "test-backend-ops",
     "test-quantize-fns",
     "test-polykv-kv-shift",
