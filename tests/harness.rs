@@ -298,27 +298,35 @@ impl Fx {
 
     /// Runs the tool with `args` until it reaches failpoint `point`, then
     /// kills it with SIGKILL.
-    pub fn kill_at(&self, args: &[&str], point: &str) {
+    /// Starts the forge with `POLYKV_FORGE_FAILPOINT=spec` (`name[:millis]`) and returns once it
+    /// has reached the point (it prints a line there): no sleep that a loaded machine outruns.
+    /// The rest of its stderr is drained in the background.
+    pub fn pause_at(&self, args: &[&str], spec: &str) -> std::process::Child {
         use std::io::BufRead;
         let mut child = self
             .cmd(args)
-            .env("POLYKV_FORGE_FAILPOINT", point)
+            .env("POLYKV_FORGE_FAILPOINT", spec)
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // The failpoint prints a line when reached.
         let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
         let mut line = String::new();
         loop {
             line.clear();
             assert!(
                 err.read_line(&mut line).unwrap() > 0,
-                "{args:?} ended before the failpoint {point}"
+                "{args:?} ended before the failpoint {spec}"
             );
             if line.contains("failpoint") {
                 break;
             }
         }
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        child
+    }
+
+    pub fn kill_at(&self, args: &[&str], point: &str) {
+        let mut child = self.pause_at(args, point);
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
     }

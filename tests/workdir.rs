@@ -112,13 +112,8 @@ fn a_directory_not_written_by_the_forge_is_not_replaced() {
 fn two_applies_at_once_lock_the_workdir() {
     let fx = Fx::new();
     fx.ok(&["vendor"]);
-    let mut first = fx
-        .cmd(&["apply"])
-        .env("POLYKV_FORGE_FAILPOINT", "apply-holding-lock:2500")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    // The first run holds the lock for 5 s from the moment it says so; the second starts then.
+    let mut first = fx.pause_at(&["apply"], "apply-holding-lock:5000");
     let out = fx.fails(&["apply", "--no-wait"], 2);
     assert!(
         out.contains("is locked by another polykv-forge run"),
