@@ -296,8 +296,6 @@ impl Fx {
         (pin, tree)
     }
 
-    /// Runs the tool with `args` until it reaches failpoint `point`, then
-    /// kills it with SIGKILL.
     /// Starts the forge with `POLYKV_FORGE_FAILPOINT=spec` (`name[:millis]`) and returns once it
     /// has reached the point (it prints a line there): no sleep that a loaded machine outruns.
     /// The rest of its stderr is drained in the background.
@@ -325,6 +323,8 @@ impl Fx {
         child
     }
 
+    /// Runs the tool with `args` until it reaches failpoint `point`, then
+    /// kills it with SIGKILL.
     pub fn kill_at(&self, args: &[&str], point: &str) {
         let mut child = self.pause_at(args, point);
         child.kill().unwrap(); // SIGKILL
